@@ -1,0 +1,62 @@
+"""Inputs and outputs of the quota calculator (pure data, no I/O).
+
+The usage map stores `PeerUsage` values directly, so what the daemon folds from
+the topic and what the simulator fabricates are the same type, and the
+calculator sees no difference between the two.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+INF = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class KindRates:
+    """One kind (publish or dispatch) of one group on one daemon, per second, as last reported."""
+
+    admitted_messages: float = 0.0
+    admitted_bytes: float = 0.0
+    throttled_messages: float = 0.0
+    throttled_bytes: float = 0.0
+    limit_messages: float = INF  # the local limit that was in force; INF = unlimited
+    limit_bytes: float = INF
+
+    @property
+    def demand_messages(self) -> float:
+        """Demand = admitted + throttled (PIP-406 style): what the brokers asked for."""
+        return self.admitted_messages + self.throttled_messages
+
+    @property
+    def demand_bytes(self) -> float:
+        return self.admitted_bytes + self.throttled_bytes
+
+    @property
+    def idle(self) -> bool:
+        return not (self.admitted_messages or self.admitted_bytes
+                    or self.throttled_messages or self.throttled_bytes)
+
+
+IDLE = KindRates()
+
+
+@dataclass(frozen=True, slots=True)
+class PeerUsage:
+    """One daemon's last report for one group."""
+
+    publish: KindRates = IDLE
+    dispatch: KindRates = IDLE
+    reports: int = 1  # how many reports for this group folded from this daemon (history)
+
+    def kind(self, kind: str) -> KindRates:
+        return self.publish if kind == "publish" else self.dispatch
+
+    @property
+    def idle(self) -> bool:
+        return self.publish.idle and self.dispatch.idle
+
+
+# kind -> (messages/s, bytes/s); INF = unlimited.
+GroupLimits = dict[str, tuple[float, float]]

@@ -1,0 +1,96 @@
+"""A token bucket with debt: the single rate-limiting algorithm rgd uses.
+
+Why debt: Pulsar charges dispatch after the fact (the bytes are already sent),
+so `charge` may take the bucket below zero and later `take`s pay it back. Debt
+is capped at `max_debt_seconds` of rate so one absurd usage record cannot block
+a group for hours.
+
+Why the full-bucket rule: a request larger than the burst capacity (a 5 MB
+batch on a 1 MB/s bucket) would otherwise never pass. A full bucket admits it
+and goes into debt, so the long-run rate still holds.
+
+Pure: time is passed in, so the simulator drives the same object on its own clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+INF = math.inf
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    rate: float  # tokens per second; INF = unlimited
+    burst_seconds: float  # capacity = rate * burst_seconds
+    tokens: float  # may be negative (debt)
+    updated: float  # clock reading of the last refill, seconds
+    max_debt_seconds: float = 10.0
+
+    @classmethod
+    def new(
+        cls, rate: float, now: float, burst_seconds: float = 1.0, max_debt_seconds: float = 10.0,
+        start_full: bool = True,
+    ) -> "TokenBucket":
+        cap = rate * burst_seconds if rate != INF else INF
+        return cls(rate, burst_seconds, cap if start_full else 0.0, now, max_debt_seconds)
+
+    @property
+    def capacity(self) -> float:
+        return self.rate * self.burst_seconds if self.rate != INF else INF
+
+    def refill(self, now: float) -> None:
+        if self.rate == INF:
+            return
+        elapsed = now - self.updated
+        if elapsed > 0:
+            self.tokens = min(self.capacity, self.tokens + elapsed * self.rate)
+            self.updated = now
+
+    def shortfall(self, n: float) -> float:
+        """Tokens missing for taking n now (0 when allowed). Call refill first."""
+        if self.rate == INF or (n <= self.tokens and self.rate > 0):
+            return 0.0
+        if self.rate <= 0:  # a zero rate blocks everything, even n == 0 asks
+            return max(n, 1.0)
+        cap = self.capacity
+        if self.tokens >= cap:  # full-bucket rule: oversize requests pass into debt
+            return 0.0
+        # An oversize request waits for a full bucket, not for n tokens.
+        return min(n, cap) - self.tokens
+
+    def wait_seconds(self, shortfall: float) -> float:
+        if shortfall <= 0 or self.rate == INF:
+            return 0.0
+        if self.rate <= 0:
+            return INF
+        return shortfall / self.rate
+
+    def take(self, n: float) -> None:
+        """Remove n tokens (after shortfall said 0)."""
+        if self.rate != INF:
+            self.tokens -= n
+
+    def charge(self, n: float, now: float) -> None:
+        """Record usage that already happened; never refuses, may go into (capped) debt."""
+        if self.rate == INF:
+            return
+        self.refill(now)
+        self.tokens = max(self.tokens - n, -self.rate * self.max_debt_seconds)
+
+    def set_rate(self, rate: float, now: float) -> None:
+        """Change the rate keeping the bucket's state: tokens earned so far are kept
+        (clamped to the new capacity), debt is kept."""
+        if rate == self.rate:
+            return
+        self.refill(now)
+        was_unlimited = self.rate == INF
+        self.rate = rate
+        self.updated = now
+        if rate == INF:
+            self.tokens = INF
+        elif was_unlimited:
+            self.tokens = self.capacity
+        else:
+            self.tokens = min(self.tokens, self.capacity)

@@ -1,0 +1,1 @@
+"""Generated protobuf modules (do not edit: run scripts/gen_proto.py after changing proto/)."""
