@@ -63,6 +63,7 @@ class KindState:
     total_throttled_bytes: int = 0
     throttled_events: dict[str, int] = field(default_factory=dict)
     namespaces: set[str] = field(default_factory=set)
+    topics: set[str] = field(default_factory=set)
 
     @property
     def limit(self) -> tuple[float, float]:
@@ -124,7 +125,7 @@ class Limiter:
 
     def acquire(
         self, group: ResourceGroup, kind: str, messages: int, nbytes: int, namespace: str,
-        now: float | None = None,
+        topic: str | None = None, now: float | None = None,
     ) -> Decision:
         if now is None:
             now = self.clock()
@@ -138,6 +139,8 @@ class Limiter:
         short_b = bb.shortfall(nbytes)
         tick = st.tick
         st.namespaces.add(namespace)
+        if topic is not None:
+            st.topics.add(topic)
         if short_m == 0.0 and short_b == 0.0:
             mb.take(messages)
             bb.take(nbytes)
@@ -160,7 +163,8 @@ class Limiter:
         return Decision(False, max(wait_m, wait_b), mb.tokens, bb.tokens, reason)
 
     def record_usage(
-        self, group: ResourceGroup, kind: str, messages: int, nbytes: int, namespace: str
+        self, group: ResourceGroup, kind: str, messages: int, nbytes: int, namespace: str,
+        topic: str | None = None,
     ) -> KindState:
         """Charge usage that already happened (dispatch): counted as admitted, never denied."""
         now = self.clock()
@@ -172,15 +176,25 @@ class Limiter:
         st.total_admitted_messages += messages
         st.total_admitted_bytes += nbytes
         st.namespaces.add(namespace)
+        if topic is not None:
+            st.topics.add(topic)
         return st
 
     # -- tick ----------------------------------------------------------------------------
 
-    def collect(self) -> dict[tuple[str, str], tuple[TickCounters, frozenset[str]]]:
-        """Usage and demand since the last collect, and the namespaces seen; resets both."""
-        out: dict[tuple[str, str], tuple[TickCounters, frozenset[str]]] = {}
+    def collect(self) -> dict[tuple[str, str], "Collected"]:
+        """Usage and demand since the last collect, with the namespaces and topics seen;
+        resets all three."""
+        out: dict[tuple[str, str], Collected] = {}
         for key, st in self.states.items():
-            out[key] = (st.tick, frozenset(st.namespaces))
+            out[key] = Collected(st.tick, frozenset(st.namespaces), len(st.topics))
             st.tick = TickCounters()
             st.namespaces = set()
+            st.topics = set()
         return out
+
+
+class Collected(NamedTuple):
+    counters: TickCounters
+    namespaces: frozenset[str]
+    topics: int

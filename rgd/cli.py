@@ -1,0 +1,122 @@
+"""The `rgd` command: run (one daemon), up (one-machine showcase), report (Spark)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from dataclasses import fields
+from typing import Any, Sequence
+
+from rgd import __version__
+from rgd.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolve
+
+
+def _add_setting_flags(p: argparse.ArgumentParser) -> None:
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f"{HELP.get(f.name, '')} [env {env_name(f.name)}; default: {f.default!r}]"
+        if isinstance(f.default, bool):
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            p.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rgd", description="Cluster-wide rate limits for Pulsar resource groups (PIP-82)."
+    )
+    parser.add_argument("--version", action="version", version=f"rgd {__version__}")
+    parser.add_argument("--log-level", default=os.environ.get("RGD_LOG_LEVEL", "info"),
+                        choices=["debug", "info", "warning", "error"], help="log verbosity [env RGD_LOG_LEVEL]")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run one daemon",
+                         description="Run one rgd daemon. Settings: flags > RGD_* env > config file > defaults.")
+    _add_setting_flags(run)
+
+    up = sub.add_parser("up", help="one-machine showcase: broker, N daemons, skewed load, live table, report")
+    up.add_argument("--daemons", type=int, default=3, help="daemon processes to start (default 3)")
+    up.add_argument("--duration", type=float, default=0, help="seconds to run (default: until Ctrl-C)")
+    up.add_argument("--quota", type=float, default=300, help="publishRateInMsgs of the demo groups (default 300)")
+    up.add_argument("--groups", type=int, default=2, help="demo resource groups (default 2)")
+    up.add_argument("--tick", type=float, default=1.0, help="tick seconds (default 1)")
+    up.add_argument("--workdir", default="rgd-data/up", help="where logs, broker data and the report go")
+    up.add_argument("--no-report", action="store_true", help="skip the Spark fairness report at the end")
+    up.add_argument("--base-port", type=int, default=0, help="first daemon HTTP port (default: any free port)")
+    up.add_argument("--strategy", default="rgd", help="quota strategy of the daemons (default rgd)")
+
+    rep = sub.add_parser("report", help="Spark fairness report over usage logs")
+    rep.add_argument("path", metavar="PATH_OR_URI", help="log directory, archive directory or fsspec URI")
+    rep.add_argument("--out", required=True, help="output directory (Parquet, summary.json, report.html)")
+    rep.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    return parser
+
+
+def _flag_values(ns: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(ns, name) for name in FIELDS if getattr(ns, name, None) is not None}
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from rgd.config_file import ConfigError, load_config
+    from rgd.daemon import Daemon
+
+    flags = _flag_values(ns)
+    config_path = flags.get("config") or os.environ.get(env_name("config"), "")
+    doc = None
+    try:
+        if config_path:
+            doc = load_config(config_path)
+        settings = resolve(doc.daemon if doc else {}, os.environ, flags, config_path)
+    except (ConfigError, SettingsError) as exc:
+        print(f"rgd: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(Daemon(settings, doc)))
+
+
+async def _serve(daemon: Any) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await daemon.start()
+    except Exception as exc:
+        logging.getLogger("rgd").error("startup failed: %s", exc)
+        await daemon.stop()
+        return 1
+    await stop.wait()
+    await daemon.stop()
+    return 0
+
+
+def cmd_up(ns: argparse.Namespace) -> int:
+    from rgd.showcase import run_showcase
+
+    return run_showcase(ns)
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    try:
+        from rgd.report import run_report
+    except ImportError as exc:
+        print(f"rgd report needs the spark extra: pip install 'rgd[spark]' ({exc})", file=sys.stderr)
+        return 2
+    summary = run_report(ns.path, ns.out, master=ns.master)
+    print(f"report written to {ns.out}/report.html ({summary.get('group_rows', '?')} group rows)")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, ns.log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pulsar").setLevel(logging.WARNING)
+    return {"run": cmd_run, "up": cmd_up, "report": cmd_report}[ns.command](ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Start and stop `rgd run` as a child process (used by `rgd up`, tests and the soak).
+
+Real processes on purpose: SIGKILL and SIGTERM behave as in production only
+when the daemon is its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class DaemonProcess:
+    daemon_id: str
+    args: list[str]  # extra `rgd run` flags
+    port: int = field(default_factory=free_port)
+    log_path: Path | None = None
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "DaemonProcess":
+        cmd = [sys.executable, "-m", "rgd.cli", "run", "--id", self.daemon_id,
+               "--listen", f"127.0.0.1:{self.port}", *self.args]
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        if self.log_path:
+            out.close()  # type: ignore[union-attr]
+        return self
+
+    def get_json(self, path: str, timeout: float = 2.0) -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"{self.daemon_id} exited with {self.process.returncode} (log: {self.log_path})")
+            try:
+                status, _ = self.get_json("/readyz", 1.0)
+                if status == 200:
+                    return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.daemon_id} not ready within {timeout}s (log: {self.log_path})")
+
+    def signal(self, sig: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM (graceful, sends the leaving report), then SIGKILL if it hangs."""
+        if self.process is None:
+            return None
+        self.signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,124 @@
+"""Prometheus metrics (DESIGN §7), one registry per daemon.
+
+Hot-path figures (admitted/throttled per group) live as plain ints in the
+limiter and are turned into samples at scrape time by `LimiterCollector`, so
+an acquire never touches a Prometheus lock. Everything per tick or rarer uses
+ordinary prometheus-client objects.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from rgd.daemon import Daemon
+
+
+def _finite(x: float) -> float:
+    return -1.0 if x == math.inf else x
+
+
+class LimiterCollector(Collector):
+    def __init__(self, daemon: "Daemon") -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterable:
+        d = self.daemon
+        admitted_m = CounterMetricFamily("rgd_admitted_messages", "Messages admitted", labels=["group", "kind"])
+        admitted_b = CounterMetricFamily("rgd_admitted_bytes", "Bytes admitted", labels=["group", "kind"])
+        throttled_m = CounterMetricFamily("rgd_throttled_messages", "Messages denied", labels=["group", "kind"])
+        throttled_b = CounterMetricFamily("rgd_throttled_bytes", "Bytes denied", labels=["group", "kind"])
+        events = CounterMetricFamily(
+            "rgd_throttled_events", "Denied requests by the limit that denied them",
+            labels=["group", "kind", "reason"],
+        )
+        limit = GaugeMetricFamily(
+            "rgd_local_limit", "Local limit in force per second (-1 = unlimited)", labels=["group", "kind", "unit"]
+        )
+        quota = GaugeMetricFamily(
+            "rgd_quota", "Cluster-wide quota per second (-1 = unlimited)", labels=["group", "kind", "unit"]
+        )
+        used = GaugeMetricFamily(
+            "rgd_used_rate", "This daemon's admitted rate in the last tick", labels=["group", "kind", "unit"]
+        )
+        peer = GaugeMetricFamily(
+            "rgd_peer_usage_rate", "Admitted rate each daemon last reported",
+            labels=["group", "daemon", "kind", "unit"],
+        )
+        groups = d.config.effective.groups
+        for (group, kind), st in list(d.limiter.states.items()):
+            labels = [group, kind]
+            admitted_m.add_metric(labels, st.total_admitted_messages)
+            admitted_b.add_metric(labels, st.total_admitted_bytes)
+            throttled_m.add_metric(labels, st.total_throttled_messages)
+            throttled_b.add_metric(labels, st.total_throttled_bytes)
+            for reason, n in st.throttled_events.items():
+                events.add_metric([group, kind, reason], n)
+            limit.add_metric([group, kind, "messages"], _finite(st.messages.rate))
+            limit.add_metric([group, kind, "bytes"], _finite(st.bytes.rate))
+            g = groups.get(group)
+            if g is not None:
+                qm, qb = g.rates(kind)
+                quota.add_metric([group, kind, "messages"], qm)
+                quota.add_metric([group, kind, "bytes"], qb)
+        for (group, kind), rates in list(d.last_local_rates.items()):
+            used.add_metric([group, kind, "messages"], rates[0])
+            used.add_metric([group, kind, "bytes"], rates[1])
+        for group, entries in list(d.usage_map.groups.items()):
+            for daemon_id, entry in list(entries.items()):
+                for kind in ("publish", "dispatch"):
+                    k = entry.usage.kind(kind)
+                    peer.add_metric([group, daemon_id, kind, "messages"], k.admitted_messages)
+                    peer.add_metric([group, daemon_id, kind, "bytes"], k.admitted_bytes)
+        oldest = GaugeMetricFamily("rgd_usage_map_oldest_report_age_seconds", "Age of the oldest report in the usage map")
+        oldest.add_metric([], d.usage_map.oldest_report_age(d.clock()))
+        members = GaugeMetricFamily("rgd_cluster_members", "Daemons in the usage map (self included)")
+        members.add_metric([], len(d.usage_map.members))
+        yield from (admitted_m, admitted_b, throttled_m, throttled_b, events, limit, quota, used, peer, oldest, members)
+        lag = d.log_lag()
+        if lag is not None:
+            for name, help_text, value in lag:
+                g = GaugeMetricFamily(name, help_text)
+                g.add_metric([], value)
+                yield g
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.reports_published = Counter("rgd_reports_published", "Usage reports published", registry=r)
+        self.groups_suppressed = Counter(
+            "rgd_report_groups_suppressed", "Group entries left out of a report by suppression", registry=r
+        )
+        self.reports_received = Counter("rgd_reports_received", "Reports received from peers", registry=r)
+        self.reports_rejected = Counter(
+            "rgd_reports_rejected", "Reports rejected, by reason", ["reason"], registry=r
+        )
+        self.reports_lost = Counter("rgd_reports_lost", "Reports missing from peers' sequences", registry=r)
+        self.publish_errors = Counter("rgd_report_publish_errors", "Reports that failed to publish", registry=r)
+        self.evictions = Counter("rgd_evictions", "Daemons evicted from the usage map, by reason", ["reason"], registry=r)
+        self.calc_seconds = Histogram(
+            "rgd_quota_calculation_seconds", "Time to recompute all local limits",
+            buckets=(1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0), registry=r,
+        )
+        self.tick_seconds = Histogram(
+            "rgd_tick_seconds", "Time one tick took (collect, report, read, compute)",
+            buckets=(1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0), registry=r,
+        )
+        self.broker_connected = Gauge("rgd_broker_connected", "1 when the Pulsar session is up", registry=r)
+        self.broker_reconnects = Counter("rgd_broker_reconnects", "Pulsar sessions (re)opened", registry=r)
+        self.safe_share = Gauge("rgd_safe_share_active", "1 while the outage fallback share is in force", registry=r)
+        self.config_reloads = Counter("rgd_config_reloads", "Config file reloads, by result", ["result"], registry=r)
+        self.config_changes = Counter("rgd_config_changes_applied", "Admin config changes applied", registry=r)
+        self.config_rejected = Counter("rgd_config_changes_rejected", "Config topic messages rejected", registry=r)
+
+    def attach(self, daemon: "Daemon") -> None:
+        self.registry.register(LimiterCollector(daemon))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

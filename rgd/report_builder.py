@@ -1,0 +1,85 @@
+"""From one tick of limiter counters to report entries and usage-map values (pure)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from rgd.groups import KINDS, ResourceGroup
+from rgd.limiter import Collected, KindState
+from rgd.quota.model import INF, IDLE, KindRates, PeerUsage
+from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage
+
+
+def _wire_limit(x: float) -> float:
+    return -1.0 if x == INF else x
+
+
+def kind_usage(c: Collected | None, st: KindState | None, group: ResourceGroup | None, kind: str) -> KindUsage:
+    k = KindUsage()
+    if c is not None:
+        k.admitted_messages = c.counters.admitted_messages
+        k.admitted_bytes = c.counters.admitted_bytes
+        k.throttled_messages = c.counters.throttled_messages
+        k.throttled_bytes = c.counters.throttled_bytes
+    if st is not None:
+        k.limit_messages = _wire_limit(st.messages.rate)
+        k.limit_bytes = _wire_limit(st.bytes.rate)
+    else:
+        k.limit_messages = k.limit_bytes = -1.0
+    if group is not None:
+        k.quota_messages, k.quota_bytes = group.rates(kind)
+    else:
+        k.quota_messages = k.quota_bytes = -1.0
+    return k
+
+
+def group_entries(
+    collected: Mapping[tuple[str, str], Collected],
+    states: Mapping[tuple[str, str], KindState],
+    groups: Mapping[str, ResourceGroup],
+) -> dict[str, GroupUsage]:
+    """One GroupUsage per group the limiter knows, whether active or idle this tick."""
+    out: dict[str, GroupUsage] = {}
+    names = {g for g, _ in collected} | {g for g, _ in states}
+    for name in sorted(names):
+        gu = GroupUsage(group=name)
+        namespaces: set[str] = set()
+        topics = 0
+        for kind in KINDS:
+            c = collected.get((name, kind))
+            if c is not None:
+                namespaces |= c.namespaces
+                topics += c.topics
+            getattr(gu, kind).CopyFrom(kind_usage(c, states.get((name, kind)), groups.get(name), kind))
+        gu.namespaces.extend(sorted(namespaces))
+        gu.topics = topics
+        out[name] = gu
+    return out
+
+
+def figures(gu: GroupUsage) -> tuple[float, ...]:
+    """The numbers suppression compares: usage and demand of both kinds."""
+    p, d = gu.publish, gu.dispatch
+    return (
+        p.admitted_messages, p.admitted_bytes, p.throttled_messages, p.throttled_bytes,
+        d.admitted_messages, d.admitted_bytes, d.throttled_messages, d.throttled_bytes,
+    )
+
+
+def peer_usage(gu: GroupUsage, tick_s: float) -> PeerUsage:
+    """What peers will fold from this entry: the same conversion as usage_map.kind_rates."""
+    from rgd.usage_map import kind_rates
+
+    return PeerUsage(kind_rates(gu.publish, tick_s), kind_rates(gu.dispatch, tick_s))
+
+
+def idle_usage() -> PeerUsage:
+    return PeerUsage(IDLE, IDLE)
+
+
+def local_rates(gu: GroupUsage, kind: str, tick_s: float) -> tuple[float, float]:
+    k: KindUsage = getattr(gu, kind)
+    return k.admitted_messages / tick_s, k.admitted_bytes / tick_s
+
+
+__all__ = ["group_entries", "figures", "peer_usage", "idle_usage", "local_rates", "KindRates"]

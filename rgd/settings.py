@@ -1,0 +1,191 @@
+"""Daemon settings: defaults < config file `daemon:` section < RGD_* environment < flags.
+
+One table (`FIELDS`) drives all four sources, `--help`, the README table and the
+Kubernetes manifests test, so a setting cannot exist in one place only.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Mapping
+
+DEFAULT_TOPIC = "non-persistent://public/default/rgd-usage"
+DEFAULT_CONFIG_TOPIC = "persistent://public/default/rgd-config"
+
+
+class SettingsError(ValueError):
+    """A setting with a bad value; the message names the setting and its source."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    id: str = ""  # filled with the hostname when empty
+    listen: str = "127.0.0.1:8080"
+    pulsar_url: str = ""  # empty: start or join the embedded pulsar-lite broker
+    topic: str = DEFAULT_TOPIC
+    config_topic: str = DEFAULT_CONFIG_TOPIC
+    tick: float = 1.0
+    log_dir: str = "rgd-data/log"
+    data_dir: str = "rgd-data"  # embedded broker storage
+    config: str = ""  # path of the config file (groups + these settings)
+    burst: float = 1.0  # token bucket capacity, in seconds of the local limit
+    max_debt: float = 10.0  # cap on after-the-fact debt, in seconds of the local limit
+    ttl_ticks: int = 3  # evict a silent daemon after this many ticks
+    report_tolerance: float = 0.10  # PIP-82 suppression: report when usage moved more than this
+    report_every: int = 5  # ... and at least every this many ticks
+    strategy: str = "rgd"
+    pulsar_auth_token: str = ""
+    pulsar_auth_token_file: str = ""
+    pulsar_tls_trust_certs: str = ""
+    pulsar_tls_allow_insecure: bool = False
+    pulsar_tls_validate_hostname: bool = False
+    archive_uri: str = ""  # directory or fsspec URI for closed log segments
+    log_retention: float = 3600.0  # seconds a closed, archived segment stays local
+    log_segment_bytes: int = 64 * 1024 * 1024
+    log_segment_age: float = 300.0
+    log_receipt_payloads: bool = False
+    admin_tokens_file: str = ""  # bearer tokens for admin writes, one per line
+    report_hmac_keys_file: str = ""  # "key_id:secret" lines; first signs, all verify
+    outage_grace: float = 10.0  # seconds without the broker before the safe share applies
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+HELP: dict[str, str] = {
+    "id": "daemon id in reports (default: hostname)",
+    "listen": "HTTP listen address HOST:PORT",
+    "pulsar_url": "Pulsar service URL; empty starts or joins an embedded pulsar-lite broker",
+    "topic": "non-persistent topic for usage reports",
+    "config_topic": "persistent topic carrying admin config changes to every daemon",
+    "tick": "seconds between collect -> report -> read -> compute",
+    "log_dir": "directory of the usage log segments",
+    "data_dir": "directory of the embedded broker's storage",
+    "config": "config file (YAML or TOML): daemon settings and resource groups",
+    "burst": "token bucket capacity in seconds of the local limit",
+    "max_debt": "cap on usage charged after the fact, in seconds of the local limit",
+    "ttl_ticks": "evict a daemon silent for this many ticks",
+    "report_tolerance": "skip a group in the report when usage moved less than this fraction",
+    "report_every": "but report every group at least every this many ticks",
+    "strategy": "quota strategy: rgd (max-min fair), pulsar, doorman-proportional, doorman-fair, static",
+    "pulsar_auth_token": "Pulsar auth token (prefer the _file variant)",
+    "pulsar_auth_token_file": "file holding the Pulsar auth token",
+    "pulsar_tls_trust_certs": "CA bundle for pulsar+ssl:// URLs",
+    "pulsar_tls_allow_insecure": "accept any broker certificate (testing only)",
+    "pulsar_tls_validate_hostname": "check the broker certificate's hostname",
+    "archive_uri": "directory or fsspec URI closed log segments are copied to",
+    "log_retention": "seconds an archived segment stays on local disk",
+    "log_segment_bytes": "roll a log segment at this size",
+    "log_segment_age": "roll a log segment at this age in seconds",
+    "log_receipt_payloads": "keep full payloads of received reports in the log (debugging)",
+    "admin_tokens_file": "file of bearer tokens allowed to change config (empty: admin writes open on loopback only)",
+    "report_hmac_keys_file": "file of key_id:secret lines to sign and verify reports",
+    "outage_grace": "seconds without the broker before falling back to a safe share",
+}
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true/false, got {text!r}")
+
+
+def _converter(default: Any) -> Callable[[Any], Any]:
+    if isinstance(default, bool):
+        return lambda v: v if isinstance(v, bool) else _parse_bool(str(v))
+    if isinstance(default, int):
+        return lambda v: int(v) if not isinstance(v, bool) else _bad(v)
+    if isinstance(default, float):
+        return lambda v: float(v) if not isinstance(v, bool) else _bad(v)
+    return lambda v: v if isinstance(v, str) else _bad(v)
+
+
+def _bad(v: Any) -> Any:
+    raise ValueError(f"wrong type {type(v).__name__}")
+
+
+FIELDS = {f.name: f for f in fields(Settings)}
+
+
+def env_name(name: str) -> str:
+    return "RGD_" + name.upper()
+
+
+def merge(base: Settings, values: Mapping[str, Any], source: str) -> Settings:
+    """Apply `values` (from one source) over `base`, converting and naming errors."""
+    changes: dict[str, Any] = {}
+    for key, raw in values.items():
+        name = key.replace("-", "_")
+        if name not in FIELDS:
+            raise SettingsError(f"{source}: {key}: unknown setting (known: {', '.join(FIELDS)})")
+        try:
+            changes[name] = _converter(FIELDS[name].default)(raw)
+        except (TypeError, ValueError) as exc:
+            raise SettingsError(f"{source}: {key}: {exc}") from exc
+    return validate(replace(base, **changes), source)
+
+
+def from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {name: environ[env_name(name)] for name in FIELDS if env_name(name) in environ}
+
+
+def validate(s: Settings, source: str = "settings") -> Settings:
+    def fail(key: str, why: str) -> None:
+        raise SettingsError(f"{source}: {key}: {why}")
+
+    try:
+        host, port = s.host_port
+        if not host or not 0 <= port <= 65535:
+            raise ValueError
+    except ValueError:
+        fail("listen", f"{s.listen!r} is not HOST:PORT")
+    if not 0.05 <= s.tick <= 3600:
+        fail("tick", f"{s.tick} is out of range (0.05..3600 seconds)")
+    if s.burst <= 0 or s.burst > 3600:
+        fail("burst", f"{s.burst} is out of range (>0..3600 seconds)")
+    if s.max_debt < 0:
+        fail("max_debt", "must be >= 0")
+    if s.ttl_ticks < 1:
+        fail("ttl_ticks", "must be >= 1")
+    if not 0 <= s.report_tolerance < 10:
+        fail("report_tolerance", "must be a fraction >= 0")
+    if s.report_every < 0:
+        fail("report_every", "must be >= 0")
+    if s.outage_grace < 0:
+        fail("outage_grace", "must be >= 0")
+    if s.pulsar_url and not s.pulsar_url.startswith(("pulsar://", "pulsar+ssl://")):
+        fail("pulsar_url", f"{s.pulsar_url!r} must start with pulsar:// or pulsar+ssl://")
+    for key in ("topic", "config_topic"):
+        value = getattr(s, key)
+        if not value.startswith(("persistent://", "non-persistent://")):
+            fail(key, f"{value!r} must be a full topic name (persistent:// or non-persistent://)")
+    from rgd.quota.calculator import STRATEGIES  # late: the calculator imports nothing of ours
+
+    if s.strategy not in STRATEGIES:
+        fail("strategy", f"{s.strategy!r} is not one of {', '.join(sorted(STRATEGIES))}")
+    return s
+
+
+def with_defaults(s: Settings) -> Settings:
+    return s if s.id else replace(s, id=socket.gethostname())
+
+
+def resolve(config_daemon: Mapping[str, Any], environ: Mapping[str, str], flags: Mapping[str, Any],
+            config_path: str = "") -> Settings:
+    """Layer the four sources in order; each error names its source."""
+    s = Settings()
+    s = merge(s, config_daemon, f"{config_path or 'config file'} daemon")
+    s = merge(s, from_env(environ), "environment")
+    s = merge(s, flags, "command line")
+    return with_defaults(s)
+
+
+def current_environ() -> Mapping[str, str]:
+    return os.environ

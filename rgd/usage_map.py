@@ -1,0 +1,139 @@
+"""The usage map `{group -> {daemon -> PeerUsage}}` and the membership it implies.
+
+Fed by reports from the topic (and the daemon's own tick), read by the quota
+calculator. Membership rules:
+- a daemon is a member from its first accepted report (a heartbeat report with
+  no groups counts: liveness is per daemon, usage per group);
+- a `leaving` report evicts it at once; silence for `ttl` seconds evicts it;
+- a new incarnation (restart) resets its sequence without counting loss;
+- within an incarnation a sequence at or below the last one is a duplicate or
+  out of order (rejected), and a jump counts the gap as lost reports.
+A group absent from a report keeps its last value (PIP-82 suppression), until
+the entry is older than `group_ttl` seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from rgd.quota.model import INF, KindRates, PeerUsage
+from rgd.wire.usage_report_pb2 import KindUsage, UsageReport
+
+EVICT_LEAVING = "leaving"
+EVICT_TTL = "ttl"
+
+
+@dataclass(slots=True)
+class Member:
+    incarnation: int
+    sequence: int
+    last_seen: float  # receiver's clock
+    publish_time_ms: int
+
+
+@dataclass(slots=True)
+class Entry:
+    usage: PeerUsage
+    updated: float  # receiver's clock
+
+
+@dataclass(frozen=True, slots=True)
+class FoldResult:
+    accepted: bool
+    reason: str = ""  # why rejected: "duplicate", "stale_incarnation"
+    lost: int = 0  # reports skipped in the sequence before this one
+
+
+def kind_rates(k: KindUsage, tick_s: float) -> KindRates:
+    """A report's per-tick counts as per-second rates; a limit < 0 means unlimited."""
+    per = 1.0 / tick_s
+    return KindRates(
+        k.admitted_messages * per,
+        k.admitted_bytes * per,
+        k.throttled_messages * per,
+        k.throttled_bytes * per,
+        INF if k.limit_messages < 0 else k.limit_messages,
+        INF if k.limit_bytes < 0 else k.limit_bytes,
+    )
+
+
+@dataclass
+class UsageMap:
+    groups: dict[str, dict[str, Entry]] = field(default_factory=dict)
+    members: dict[str, Member] = field(default_factory=dict)
+
+    def fold(self, report: UsageReport, now: float) -> FoldResult:
+        """Apply one validated report (see report_codec) received at `now`."""
+        sender = report.daemon_id
+        member = self.members.get(sender)
+        lost = 0
+        if member is not None:
+            if report.incarnation < member.incarnation:
+                return FoldResult(False, "stale_incarnation")
+            if report.incarnation == member.incarnation:
+                if report.sequence <= member.sequence:
+                    return FoldResult(False, "duplicate")
+                lost = report.sequence - member.sequence - 1
+        if report.leaving:
+            self.evict(sender)
+            return FoldResult(True, lost=lost)
+        self.members[sender] = Member(report.incarnation, report.sequence, now, report.publish_time_ms)
+        tick_s = max(report.tick_ms, 1) / 1000.0
+        for g in report.groups:
+            entries = self.groups.setdefault(g.group, {})
+            prev = entries.get(sender)
+            history = prev.usage.reports + 1 if prev is not None else 1
+            entries[sender] = Entry(
+                PeerUsage(kind_rates(g.publish, tick_s), kind_rates(g.dispatch, tick_s), history), now
+            )
+        return FoldResult(True, lost=lost)
+
+    def set_local(self, self_id: str, group: str, usage: PeerUsage, now: float) -> None:
+        """The daemon's own tick goes into the map like a peer's report."""
+        entries = self.groups.setdefault(group, {})
+        prev = entries.get(self_id)
+        history = prev.usage.reports + 1 if prev is not None else 1
+        entries[self_id] = Entry(
+            PeerUsage(usage.publish, usage.dispatch, history), now
+        )
+
+    def touch_self(self, self_id: str, incarnation: int, sequence: int, now: float, publish_ms: int) -> None:
+        self.members[self_id] = Member(incarnation, sequence, now, publish_ms)
+
+    def evict(self, daemon: str) -> None:
+        self.members.pop(daemon, None)
+        for entries in self.groups.values():
+            entries.pop(daemon, None)
+        self._drop_empty()
+
+    def evict_silent(self, now: float, ttl: float, keep: str = "") -> list[str]:
+        """Evict members not heard from for `ttl` seconds (never `keep`, ourselves)."""
+        gone = [d for d, m in self.members.items() if d != keep and now - m.last_seen > ttl]
+        for d in gone:
+            self.evict(d)
+        return gone
+
+    def expire_groups(self, now: float, group_ttl: float) -> int:
+        """Drop group entries not refreshed for `group_ttl` seconds; returns how many."""
+        dropped = 0
+        for entries in self.groups.values():
+            for d in [d for d, e in entries.items() if now - e.updated > group_ttl]:
+                del entries[d]
+                dropped += 1
+        self._drop_empty()
+        return dropped
+
+    def _drop_empty(self) -> None:
+        for g in [g for g, e in self.groups.items() if not e]:
+            del self.groups[g]
+
+    def group_usage(self, group: str) -> Mapping[str, PeerUsage]:
+        return {d: e.usage for d, e in self.groups.get(group, {}).items()}
+
+    def oldest_report_age(self, now: float) -> float:
+        ages = [now - m.last_seen for m in self.members.values()]
+        return max(ages) if ages else 0.0
+
+    def member_ids(self) -> Iterable[str]:
+        return self.members.keys()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# System packages the test suite needs beyond Python: Java 17 (Spark), Chromium
+# (renders the HTML report), redis-server and wrk (benchmark smoke test).
+# Installs only what is missing; needs root (CI runs as root).
+set -euo pipefail
+need=()
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+command -v chromium >/dev/null || need+=(chromium)
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v wrk >/dev/null || need+=(wrk)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
