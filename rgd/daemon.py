@@ -30,7 +30,7 @@ from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import Limiter, rate_of
 from rgd.metrics import Metrics
 from rgd.quota.calculator import compute_limits
-from rgd.quota.model import INF, GroupLimits
+from rgd.quota.model import INF, GroupLimits, PeerUsage
 from rgd.report_builder import figures, group_entries, local_rates, peer_usage
 from rgd.report_codec import HmacKeys, Rejected, decode_report
 from rgd.settings import Settings
@@ -64,8 +64,12 @@ class Daemon:
         self.hmac_keys = HmacKeys.load(settings.report_hmac_keys_file) if settings.report_hmac_keys_file else None
         self.admin_tokens = _load_tokens(settings.admin_tokens_file)
         self.last_local_rates: dict[tuple[str, str], tuple[float, float]] = {}
+        # Our own usage-map entry per group as of the previous tick: what every peer has
+        # folded by now (the calculator grants increases only once peers have seen them).
+        self.previous_self: dict[str, PeerUsage | None] = {}
         self.inbox: asyncio.Queue[Received] = asyncio.Queue(MAX_INBOX)
         self.session: PulsarSession | None = None
+        self.pending_changes: list[ConfigChange] = []
         self.broker: EmbeddedBroker | None = None
         self.pulsar_url = settings.pulsar_url
         self.usage_log: Any = None
@@ -111,7 +115,9 @@ class Daemon:
         self.started = False
         if self.session is not None and self.session.connected:
             try:
-                await asyncio.wait_for(self._publish(self._leaving_report()), 2.0)
+                data = await asyncio.wait_for(self._publish(self._leaving_report()), 2.0)
+                if self.usage_log is not None:
+                    self.usage_log.append_published(data)
             except Exception as exc:
                 log.warning("could not publish the leaving report: %s", exc)
         for task in reversed(self._tasks):
@@ -125,6 +131,14 @@ class Daemon:
             self.usage_log.close()
         if self.broker is not None:
             await asyncio.to_thread(self.broker.stop)
+
+    def _leaving_report(self) -> UsageReport:
+        """Graceful shutdown: peers evict us at once instead of after the TTL."""
+        self.sequence += 1
+        return UsageReport(
+            daemon_id=self.settings.id, sequence=self.sequence, publish_time_ms=int(time.time() * 1000),
+            tick_ms=int(round(self.settings.tick * 1000)), incarnation=self.incarnation, leaving=True,
+        )
 
     def _open_usage_log(self) -> None:
         try:
@@ -178,6 +192,9 @@ class Daemon:
             session = PulsarSession(self.pulsar_url, self.settings, f"rgd-{self.settings.id}-{self.incarnation}")
             try:
                 await session.open()
+            except asyncio.CancelledError:
+                await session.close()
+                raise
             except Exception as exc:
                 log.warning("pulsar session to %s failed to open: %s (retry in %.1fs)", self.pulsar_url, exc, backoff)
                 await session.close()
@@ -189,6 +206,7 @@ class Daemon:
             self.metrics.broker_reconnects.inc()
             self.metrics.broker_connected.set(1)
             self.last_connected = self.clock()
+            await self._flush_changes()
             receive = asyncio.create_task(self._receive_loop(session))
             config = asyncio.create_task(self._config_loop(session))
             try:
@@ -197,7 +215,7 @@ class Daemon:
                 receive.cancel()
                 config.cancel()
                 raise
-            except Exception as exc:
+            except Exception as exc:  # the client gave up on this session: open a new one
                 log.warning("pulsar session failed: %s; reopening", exc)
                 receive.cancel()
                 config.cancel()
@@ -226,14 +244,30 @@ class Daemon:
                 self.metrics.config_changes.inc()
                 self._apply_config()
 
-    async def submit_change(self, change: ConfigChange) -> None:
-        """An admin write: apply here at once, then publish so every daemon applies it."""
+    async def submit_change(self, change: ConfigChange) -> bool:
+        """An admin write: apply here at once, then publish so every daemon applies it.
+
+        Returns False when Pulsar is unreachable: the change is queued and published
+        when the session (re)opens; versions make the late publish safe."""
         if self.config.apply(change):
             self.metrics.config_changes.inc()
             self._apply_config()
-        if self.session is None:
-            raise ConnectionError("Pulsar is unreachable: the change is in force here only")
-        await self.session.publish_config(change.encode(), change.key)
+        self.pending_changes.append(change)
+        return await self._flush_changes()
+
+    async def _flush_changes(self) -> bool:
+        while self.pending_changes:
+            session = self.session
+            if session is None or not session.connected:
+                return False
+            change = self.pending_changes[0]
+            try:
+                await asyncio.wait_for(session.publish_config(change.encode(), change.key), 5.0)
+            except Exception as exc:
+                log.warning("config change %s not published yet: %s", change.key, exc)
+                return False
+            self.pending_changes.pop(0)
+        return True
 
     async def _publish(self, report: UsageReport) -> bytes:
         data = report.SerializeToString()
@@ -304,6 +338,9 @@ class Daemon:
         s = self.settings
         now = self.clock()
         tick_s = s.tick
+        self.previous_self = {
+            g: (e[s.id].usage if s.id in e else None) for g, e in self.usage_map.groups.items()
+        }
         # collect
         collected = self.limiter.collect()
         entries = group_entries(collected, self.limiter.states, self.config.effective.groups)
@@ -388,9 +425,15 @@ class Daemon:
             n = self.safe_members
             return {k: tuple(rate_of(q) / n if q >= 0 else INF for q in group.rates(k)) for k in KINDS}  # type: ignore[misc]
         self.safe_members = len(members)
-        return compute_limits(
-            group, self.usage_map.group_usage(group.name), self.settings.id, members, self.settings.strategy
-        )
+        usage = self.usage_map.group_usage(group.name)
+        me = self.settings.id
+        if len(members) == 1 and self.ticks >= 1:
+            # We listened a full tick and nobody reported: no peer can overshoot with us,
+            # so our newest demand counts at once.
+            previous = usage.get(me)
+        else:
+            previous = self.previous_self.get(group.name)
+        return compute_limits(group, usage, me, members, self.settings.strategy, previous=previous)
 
     def recompute(self) -> None:
         started = time.perf_counter()

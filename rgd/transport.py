@@ -18,6 +18,9 @@ import pulsar.asyncio as pulsar_aio
 from rgd.settings import Settings
 
 log = logging.getLogger("rgd.transport")
+# The C++ client logs through this logger at whatever level it allows; its INFO/DEBUG
+# lines (every reconnect attempt) would drown the daemon's own log.
+logging.getLogger("pulsar").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ DaemonFactory = Callable[..., Awaitable[Daemon]]
 async def make_daemon(broker: EmbeddedBroker, topics: dict[str, str], tmp_path: Path) -> AsyncIterator[DaemonFactory]:
     started: list[Daemon] = []
 
-    async def factory(daemon_id: str = "d1", config: Path | None = None, **overrides) -> Daemon:
+    async def factory(daemon_id: str = "d1", config: Path | None = None, ready: bool = True, **overrides) -> Daemon:
         settings = Settings(
             id=daemon_id, listen="127.0.0.1:0", pulsar_url=broker.url,
             log_dir=str(tmp_path / f"log-{daemon_id}"), data_dir=str(tmp_path / "data"),
@@ -66,6 +66,8 @@ async def make_daemon(broker: EmbeddedBroker, topics: dict[str, str], tmp_path: 
         d = Daemon(settings, load_config(config) if config else None)
         await d.start()
         started.append(d)
+        if ready:
+            await wait_for(lambda: d.readiness()[0], 15)
         return d
 
     yield factory

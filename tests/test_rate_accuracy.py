@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from rgd.load_generator import Stream, constant, run_streams
-from tests.conftest import base_url, write_config
+from tests.conftest import base_url, wait_for, write_config
 
-WARMUP_S = 1  # the first second also drains the initial burst; measure after it
+WARMUP_S = 2  # the first ticks learn the demand and drain the burst; measure after them
 MEASURE_S = 5
 
 
@@ -29,5 +29,6 @@ async def measure(d, namespace: str, offered: float, bytes_per_message: int) -> 
 async def test_single_daemon_holds_its_rate(make_daemon, tmp_path, group, bytes_per_message, field, target):
     config = write_config(tmp_path / "g.yaml", {"gold": group}, namespaces={"acme/orders": "gold"})
     d = await make_daemon(config=config)
+    await wait_for(lambda: d.readiness()[0], 15)
     rates = await measure(d, "acme/orders", 2 * 100, bytes_per_message)
     assert rates[field] == pytest.approx(target, rel=0.05), rates

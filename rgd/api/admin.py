@@ -54,12 +54,15 @@ def _group_name(request: web.Request) -> str:
         raise bad_request(str(exc)) from None
 
 
-async def _submit(daemon: "Daemon", key: str, value: Any) -> None:
+async def _submit(daemon: "Daemon", key: str, value: Any) -> web.Response:
+    """204 when the change is in force here and on its way to every daemon; 202 when
+    Pulsar is unreachable: in force here, queued for the others."""
     change = ConfigChange(key, value, int(time.time() * 1000), daemon.settings.id)
-    try:
-        await daemon.submit_change(change)
-    except ConnectionError as exc:
-        raise ApiError(503, str(exc)) from None
+    if await daemon.submit_change(change):
+        return web.Response(status=204)
+    return json_response(
+        {"status": "applied on this daemon; queued for the cluster until Pulsar is reachable"}, 202
+    )
 
 
 async def list_groups(request: web.Request) -> web.Response:
@@ -84,8 +87,7 @@ async def put_group(request: web.Request) -> web.Response:
         group = ResourceGroup.from_admin(name, body, base=base)
     except InvalidGroup as exc:
         raise bad_request(str(exc)) from None
-    await _submit(daemon, f"group/{name}", group.to_admin())
-    return web.Response(status=204)
+    return await _submit(daemon, f"group/{name}", group.to_admin())
 
 
 async def delete_group(request: web.Request) -> web.Response:
@@ -98,8 +100,7 @@ async def delete_group(request: web.Request) -> web.Response:
     users = reg.namespaces_of(name)
     if users:
         raise ApiError(409, f"resource group {name!r} is still attached to {', '.join(users[:5])}")
-    await _submit(daemon, f"group/{name}", None)
-    return web.Response(status=204)
+    return await _submit(daemon, f"group/{name}", None)
 
 
 async def group_stats(request: web.Request) -> web.Response:
@@ -139,8 +140,7 @@ async def set_attachment(request: web.Request) -> web.Response:
     name = _group_name(request)
     if name not in daemon.config.effective.groups:
         raise ApiError(404, f"resource group {name!r} does not exist")
-    await _submit(daemon, key, name)
-    return web.Response(status=204)
+    return await _submit(daemon, key, name)
 
 
 async def delete_attachment(request: web.Request) -> web.Response:
@@ -148,8 +148,7 @@ async def delete_attachment(request: web.Request) -> web.Response:
     key, subject, table = _attachment(request)
     if subject not in table:
         raise ApiError(404, f"{subject} has no resource group")
-    await _submit(request.app[DAEMON], key, None)
-    return web.Response(status=204)
+    return await _submit(request.app[DAEMON], key, None)
 
 
 def add_routes(app: web.Application) -> None:
