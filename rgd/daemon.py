@@ -75,7 +75,8 @@ class Daemon:
         self.usage_log: Any = None
         self.ticks = 0
         self.last_connected = self.clock()
-        self.safe_members = 1
+        self.members_at_disconnect = 1  # daemons known alive when the broker went away
+        self.disconnected = False
         self.started = False
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
@@ -181,8 +182,7 @@ class Daemon:
 
     @property
     def safe_share_active(self) -> bool:
-        down = self.session is None or not self.session.connected
-        return down and self.clock() - self.last_connected > self.settings.outage_grace
+        return self.disconnected and self.clock() - self.last_connected > self.settings.outage_grace
 
     # -- pulsar ----------------------------------------------------------------------------
 
@@ -363,8 +363,8 @@ class Daemon:
             self.usage_map.set_local(s.id, name, peer_usage(entries[name], tick_s), now)
         self.usage_map.touch_self(s.id, self.incarnation, self.sequence, now, report.publish_time_ms)
         connected = self.session is not None and self.session.connected
+        self._track_connection(connected, now)
         if connected:
-            self.last_connected = now
             try:
                 data = await asyncio.wait_for(self._publish(report), tick_s)
                 self.metrics.reports_published.inc()
@@ -376,15 +376,31 @@ class Daemon:
         self.metrics.broker_connected.set(1 if connected else 0)
         # read
         self._drain_inbox(now)
-        ttl = s.ttl_ticks * tick_s
-        for _ in self.usage_map.evict_silent(now, ttl, keep=s.id):
-            self.metrics.evictions.labels(EVICT_TTL).inc()
-        self.usage_map.expire_groups(now, (s.report_every + s.ttl_ticks + 1) * tick_s)
+        if connected:
+            # While we cannot hear the topic, silence is ours, not our peers': keep them.
+            ttl = s.ttl_ticks * tick_s
+            for _ in self.usage_map.evict_silent(now, ttl, keep=s.id):
+                self.metrics.evictions.labels(EVICT_TTL).inc()
+            self.usage_map.expire_groups(now, (s.report_every + s.ttl_ticks + 1) * tick_s)
         # compute
         self.recompute()
         self.ticks += 1
         if self.usage_log is not None:
             self.usage_log.maintain()
+
+    def _track_connection(self, connected: bool, now: float) -> None:
+        if connected:
+            if self.disconnected:
+                # Back: give every peer a fresh TTL from now, they were silent because we were.
+                self.usage_map.refresh_all(now)
+                log.info("broker reachable again; reconverging")
+            self.disconnected = False
+            self.last_connected = now
+        elif not self.disconnected:
+            self.disconnected = True
+            self.members_at_disconnect = len(self.members())
+            log.warning("broker unreachable; keeping the last shares for %.0fs, then quota/%d",
+                        self.settings.outage_grace, self.members_at_disconnect)
 
     def _drain_inbox(self, now: float) -> None:
         s = self.settings
@@ -420,11 +436,10 @@ class Daemon:
     def _limits_for(self, group: ResourceGroup) -> GroupLimits:
         members = self.members()
         if self.safe_share_active:
-            # Outage: we cannot see our peers. Quota / daemons last known alive, never the full quota.
-            self.safe_members = max(self.safe_members, len(members))
-            n = self.safe_members
-            return {k: tuple(rate_of(q) / n if q >= 0 else INF for q in group.rates(k)) for k in KINDS}  # type: ignore[misc]
-        self.safe_members = len(members)
+            # Outage past the grace: we cannot see our peers, so our last shares may no
+            # longer add up. Quota / daemons last known alive: never the full quota.
+            n = max(1, self.members_at_disconnect)
+            return {k: (rate_of(m) / n, rate_of(b) / n) for k, (m, b) in ((k, group.rates(k)) for k in KINDS)}
         usage = self.usage_map.group_usage(group.name)
         me = self.settings.id
         if len(members) == 1 and self.ticks >= 1:

@@ -44,13 +44,14 @@ def make_rate(total: float, n: int, daemon: int, group: int):
 
 def _table(groups: list[str], quota: float, daemons: list[DaemonProcess], stats: dict, shares: dict,
            elapsed: float) -> Table:
-    t = Table(title=f"rgd up: {len(daemons)} daemons, t={elapsed:.0f}s (Ctrl-C to stop)")
+    t = Table(title=f"rgd up: {len(daemons)} daemons, t={elapsed:.0f}s (Ctrl-C to stop)",
+              caption="per daemon: demand > local limit (admitted), messages/s in the last second")
     t.add_column("group")
-    t.add_column("quota/s", justify="right")
-    t.add_column("demand/s", justify="right")
-    t.add_column("admitted/s", justify="right")
+    t.add_column("quota", justify="right")
+    t.add_column("demand", justify="right")
+    t.add_column("admitted", justify="right")
     for d in daemons:
-        t.add_column(f"{d.daemon_id} limit | admitted", justify="right")
+        t.add_column(d.daemon_id, justify="right", no_wrap=True)
     second = max(0, int(elapsed) - 1)
     for gi, g in enumerate(groups):
         demand = admitted = 0.0
@@ -58,10 +59,11 @@ def _table(groups: list[str], quota: float, daemons: list[DaemonProcess], stats:
         for di, d in enumerate(daemons):
             st: StreamStats = stats[(gi, di)]
             a = st.admitted.get(second, 0)
-            demand += st.offered.get(second, 0)
+            o = st.offered.get(second, 0)
+            demand += o
             admitted += a
             lim = shares.get((g, d.daemon_id))
-            cells.append(f"{lim:.0f} | {a}" if lim is not None else f"- | {a}")
+            cells.append(f"{o} > {lim:.0f} ({a})" if lim is not None else f"{o} > - ({a})")
         t.add_row(g, f"{quota:.0f}", f"{demand:.0f}", f"{admitted:.0f}", *cells)
     return t
 
@@ -91,7 +93,7 @@ async def _live(ns: argparse.Namespace, groups: list[str], daemons: list[DaemonP
     stats = [StreamStats() for _ in streams]
     by_key = dict(zip(keys, stats))
     load = asyncio.create_task(run_streams(streams, duration, t0, stats))
-    console = Console()
+    console = Console() if Console().is_terminal else Console(width=120)
     last_print = 0.0
     with Live(console=console, auto_refresh=False) if console.is_terminal else _NoLive() as live:
         while not load.done() and not stop.is_set():

@@ -124,6 +124,14 @@ class UsageMap:
         self._drop_empty()
         return dropped
 
+    def refresh_all(self, now: float) -> None:
+        """After our own outage: every member and entry counts as heard from now."""
+        for m in self.members.values():
+            m.last_seen = now
+        for entries in self.groups.values():
+            for e in entries.values():
+                e.updated = now
+
     def _drop_empty(self) -> None:
         for g in [g for g, e in self.groups.items() if not e]:
             del self.groups[g]
