@@ -90,6 +90,11 @@ class Daemon:
     async def start(self) -> None:
         s = self.settings
         if not self.pulsar_url:
+            host = s.host_port[0]
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                log.warning("listening on %s with the embedded broker: this daemon hears no peer on "
+                            "another machine, so a multi-node cluster would admit N x the quota; "
+                            "set --pulsar-url to the shared Pulsar cluster", host)
             self.broker = await asyncio.to_thread(start_or_join, s.data_dir)
             self.pulsar_url = self.broker.url
         self._open_usage_log()
