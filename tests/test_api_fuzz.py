@@ -42,7 +42,10 @@ paths = st.sampled_from(["/v1/acquire", "/v1/usage", "/admin/v2/resourcegroups/g
 def daemon(broker, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")
     config = write_config(tmp / "groups.yaml", {"gold": {"publishRateInMsgs": 1000}}, namespaces={"acme/orders": "gold"})
+    tokens = tmp / "tokens"
+    tokens.write_text(TOKEN + "\n")
     d = DaemonProcess("fuzz", ["--pulsar-url", broker.url, "--config", str(config), "--data-dir", str(tmp),
+                               "--admin-tokens-file", str(tokens),
                                "--log-dir", str(tmp / "log"), "--topic", "non-persistent://public/default/fuzz",
                                "--config-topic", "persistent://public/default/fuzz-config"],
                       log_path=tmp / "daemon.out").start()
@@ -51,9 +54,13 @@ def daemon(broker, tmp_path_factory):
     assert d.stop() == 0
 
 
-def send(d: DaemonProcess, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+TOKEN = "fuzz-admin-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def send(d: DaemonProcess, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
     req = urllib.request.Request(d.url + urllib.parse.quote(path), data=body, method=method,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **AUTH})
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.read()
@@ -72,3 +79,28 @@ def test_random_bodies_never_5xx(daemon, path, body):
         assert "error" in json.loads(payload)
         # A rejected request changed nothing.
         assert send(daemon, "GET", "/admin/v2/resourcegroups/gold", None) == before
+
+
+# -- schemathesis: every operation of the OpenAPI document, checked against the document --
+
+import schemathesis  # noqa: E402
+
+SPEC = schemathesis.openapi.from_path(str(Path(__file__).resolve().parent.parent / "rgd" / "openapi.json"))
+
+
+def config_snapshot(d: DaemonProcess) -> bytes:
+    """Everything an admin write could change, as the daemon reports it."""
+    status, names = send(d, "GET", "/admin/v2/resourcegroups", None)
+    parts = [names]
+    for name in json.loads(names):
+        parts.append(send(d, "GET", f"/admin/v2/resourcegroups/{name}", None)[1])
+    return b"|".join(parts)
+
+
+@SPEC.parametrize()
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_openapi_operations_conform(case, daemon):
+    before = config_snapshot(daemon)
+    response = case.call_and_validate(base_url=daemon.url, headers=AUTH)
+    if response.status_code >= 400:
+        assert config_snapshot(daemon) == before, "a rejected request changed the config"

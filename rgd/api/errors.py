@@ -48,4 +48,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
             message = f"method {request.method} not allowed on {request.path}"
         elif exc.status == 413:
             message = f"request body too large ({exc.text})"
-        return error_response(exc.status, message)
+        response = error_response(exc.status, message)
+        if "Allow" in exc.headers:  # RFC 9110: a 405 lists what is allowed
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
