@@ -1,0 +1,1 @@
+"""The rgd cluster simulator: `python -m sim` (see sim/README.md)."""

@@ -1,0 +1,115 @@
+"""`python -m sim SCENARIO... [--strategy NAME ...] [--out DIR] [--log-dir DIR]`, and `python -m sim scale`.
+
+SCENARIO is a built-in name (see sim/scenarios/), a YAML file, or `all` (every
+built-in). The comparison table goes to stdout; --out DIR also writes
+results.json and results.md. `scale` runs PIP-82's sizing instead (sim/scale.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rgd.quota.calculator import STRATEGIES
+from sim.engine import run
+from sim.metrics import evaluate
+from sim.scenario import Scenario, ScenarioError, builtin_names, load
+from sim.table import markdown, summary, to_json
+from sim.usage_logs import UsageLogUnavailable, open_logs
+
+STRATEGY_ORDER = ["rgd", "pulsar", "doorman-proportional", "doorman-fair", "static"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m sim",
+        description="Simulate rgd daemons and compare quota strategies (or `scale` for PIP-82's sizing).",
+    )
+    p.add_argument("scenarios", nargs="+", metavar="SCENARIO",
+                   help=f"built-in name ({', '.join(builtin_names())}), a YAML file, `all`, or `scale`")
+    p.add_argument("--strategy", action="append", choices=sorted(STRATEGIES), metavar="NAME",
+                   help=f"strategy to run (repeatable; default: all of {', '.join(STRATEGY_ORDER)})")
+    p.add_argument("--out", metavar="DIR", help="also write results.json and results.md here")
+    p.add_argument("--log-dir", metavar="DIR",
+                   help="write each simulated daemon's usage log here (rgd's log format), per scenario and strategy")
+    p.add_argument("--seed", type=int, help="override every scenario's seed")
+    scale = p.add_argument_group("scale mode")
+    scale.add_argument("--daemons", type=int, default=100)
+    scale.add_argument("--groups", type=int, default=100_000)
+    scale.add_argument("--spread", type=int, default=5, help="daemons each group is active on")
+    scale.add_argument("--ticks", type=int, default=8)
+    return p
+
+
+def _scale(args: argparse.Namespace) -> int:
+    from sim.scale import ScaleSpec, markdown as scale_markdown, run_scale
+
+    spec = ScaleSpec(daemons=args.daemons, groups=args.groups, spread=args.spread, ticks=args.ticks,
+                     seed=args.seed if args.seed is not None else 1)
+    if not (1 <= spec.spread <= spec.daemons and spec.groups >= 1 and spec.ticks >= 2):
+        print("scale: need 1 <= --spread <= --daemons, --groups >= 1, --ticks >= 2", file=sys.stderr)
+        return 2
+    result = run_scale(spec, progress=lambda m: print(f"  {m}", file=sys.stderr))
+    text = scale_markdown(result)
+    print(text)
+    if args.out:
+        import json
+        from dataclasses import asdict
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "scale.json").write_text(json.dumps(asdict(result), indent=2))
+        (out / "scale.md").write_text(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.scenarios == ["scale"]:
+        return _scale(args)
+    if "scale" in args.scenarios:
+        print("`scale` runs on its own: python -m sim scale", file=sys.stderr)
+        return 2
+    names: list[str] = []
+    for s in args.scenarios:
+        names.extend(builtin_names() if s == "all" else [s])
+    try:
+        scenarios: list[Scenario] = [load(n) for n in names]
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.seed is not None:
+        from dataclasses import replace
+
+        scenarios = [replace(sc, seed=args.seed) for sc in scenarios]
+    strategies = args.strategy or STRATEGY_ORDER
+    results = []
+    started = time.perf_counter()
+    for sc in scenarios:
+        for strategy in strategies:
+            try:
+                log = open_logs(args.log_dir, sc.name, strategy) if args.log_dir else None
+            except UsageLogUnavailable as exc:
+                print(f"error: --log-dir: {exc}", file=sys.stderr)
+                return 2
+            try:
+                results.append(evaluate(run(sc, strategy, log=log)))
+            except ScenarioError as exc:
+                print(f"error: {sc.name}: {exc}", file=sys.stderr)
+                return 2
+    descriptions = {sc.name: sc.description for sc in scenarios}
+    text = markdown(results, descriptions) + "\n" + summary(results) + "\n"
+    print(text)
+    print(f"({len(results)} runs in {time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.md").write_text(text)
+        (out / "results.json").write_text(to_json(results, descriptions, {"strategies": strategies}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

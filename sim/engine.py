@@ -1,0 +1,329 @@
+"""The discrete-time loop: scenario events, daemons ticking at their phases, traffic.
+
+Time advances in sub-steps of 1/substeps tick. At every sub-step:
+1. the simulated topic delivers what is due into the receivers' inboxes;
+2. daemons whose phase is this sub-step tick (collect -> report -> read -> compute);
+3. every daemon's brokers offer this sub-step's share of their demand to its
+   limiter, in small acquires, and what was admitted is recorded.
+Daemons tick once per tick each, at different phases (not aligned, as in a real
+cluster), so a report published by one is folded by the others before their next
+tick. Events apply at the start of their tick; config changes reach every daemon
+at once (the daemon recomputes on a config change).
+
+What is recorded per tick and dimension (group x kind, in messages/s, or bytes/s
+when only the bytes rate is limited): the quota, each live daemon's offered load
+and admitted load. metrics.py turns that into the comparison figures.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rgd.groups import KINDS, ResourceGroup
+from rgd.quota.calculator import QuotaParams, strategy_named
+from rgd.wire.usage_report_pb2 import UsageReport
+from sim.node import NodeStats, SimNode
+from sim.profiles import Profile, profile_for
+from sim.scenario import Scenario, ScenarioError
+from sim.transport import Transport, TransportSpec
+
+TICK_SECONDS = 1.0
+ACQUIRES_PER_SUBSTEP = 16  # a daemon's demand arrives as about this many acquires per sub-step
+
+
+class ReportLog(Protocol):
+    """Hook for writing what the daemons publish and receive (e.g. the usage log)."""
+
+    def published(self, node_id: str, data: bytes, now: float) -> None: ...
+
+    def received(self, node_id: str, report: UsageReport, data: bytes, now: float) -> None: ...
+
+    def tick(self, node_id: str, now: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class DimensionTick:
+    """One dimension in one tick: per-second figures for every live daemon."""
+
+    quota: float
+    offered: dict[str, float] = field(default_factory=dict)
+    admitted: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Change:
+    tick: int  # when it happened
+    observable: int  # first tick by which every daemon can know it
+    label: str
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    strategy: str
+    ticks: int
+    dims: dict[str, list[DimensionTick | None]]  # "group/kind" -> per tick
+    changes: list[Change]
+    reports: int = 0
+    report_bytes: int = 0
+    reports_lost: int = 0
+    announcements: int = 0
+    daemon_ticks: int = 0  # sum over ticks of the daemons running
+    counters: dict[str, int] = field(default_factory=dict)  # summed NodeStats of every daemon
+    limits: list[dict[str, dict[str, float]]] = field(default_factory=list)  # per tick: dim -> daemon -> limit
+
+
+class _Sink:
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+
+    def publish(self, node: SimNode, data: bytes, now: float) -> None:
+        self.sim.transport.publish(node.node_id, data, now, self.sim.nodes)
+        if self.sim.log is not None:
+            self.sim.log.published(node.node_id, data, now)
+
+    def received(self, node: SimNode, report: UsageReport, data: bytes, now: float) -> None:
+        if self.sim.log is not None:
+            self.sim.log.received(node.node_id, report, data, now)
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, strategy: str, params: QuotaParams | None = None,
+                 log: ReportLog | None = None) -> None:
+        strategy_named(strategy)  # fail early on a bad name
+        self.scenario = scenario
+        self.strategy = strategy
+        self.params = params or QuotaParams()
+        self.log = log
+        self.profile: Profile = profile_for(strategy, scenario.ttl_ticks, scenario.pulsar_ttl_ticks)
+        self.now = 0.0
+        self.transport = Transport(
+            TransportSpec(scenario.loss, scenario.delay, scenario.duplicate), scenario.seed, TICK_SECONDS
+        )
+        self.rng = random.Random(f"sim:{scenario.seed}")
+        self.groups: dict[str, ResourceGroup] = dict(scenario.groups)
+        self.demand = {g: {d: dict(k) for d, k in per.items()} for g, per in scenario.demand.items()}
+        self.nodes: dict[str, SimNode] = {}
+        self.retired: list[SimNode] = []
+        self._incarnation = 0
+        self._backlog: dict[tuple[str, str, str], float] = {}
+        self._sink = _Sink(self)
+        n = len(scenario.daemons)
+        for i, node_id in enumerate(scenario.daemons):
+            self._spawn(node_id, self._phase(i, n))
+
+    # -- membership -------------------------------------------------------------------------
+
+    def _phase(self, index: int, count: int) -> int:
+        s = self.scenario.substeps
+        if self.scenario.phases == "aligned":
+            return 0
+        if self.scenario.phases == "spread" and count:
+            return (index * s) // count
+        return self.rng.randrange(s)
+
+    def _spawn(self, node_id: str, phase: int) -> None:
+        self._incarnation += 1
+        self.nodes[node_id] = SimNode(
+            node_id=node_id, incarnation=self._incarnation, phase=phase, clock=lambda: self.now,
+            strategy=self.strategy, params=self.params, profile=self.profile, groups=self.groups,
+            sink=self._sink, burst_seconds=self.scenario.burst, tick_seconds=TICK_SECONDS,
+        )
+
+    def _remove(self, node_id: str, graceful: bool, where: str) -> None:
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise ScenarioError(f"{where}: daemon {node_id!r} is not running")
+        if graceful:
+            node.leave(self.now)
+        del self.nodes[node_id]
+        self.retired.append(node)
+        for key in [k for k in self._backlog if k[0] == node_id]:
+            del self._backlog[key]
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _apply(self, index: int) -> Change:
+        ev = self.scenario.events[index]
+        where = f"events[{index}] (tick {ev.at})"
+        observable = ev.at
+        labels = []
+        if ev.groups:
+            for name, body in ev.groups.items():
+                if body is None:
+                    self.groups.pop(name, None)
+                    continue
+                if name not in self.groups:  # its demand is known from the first reports
+                    observable = max(observable, ev.at + 1)
+                self.groups[name] = ResourceGroup.from_admin(name, body, base=self.groups.get(name))
+            for node in self.nodes.values():
+                node.apply_config()
+            labels.append("groups " + ",".join(sorted(ev.groups)))
+        for node_id in ev.crash:
+            self._remove(node_id, False, where)
+            observable = max(observable, ev.at + self.profile.ttl_ticks)
+        for node_id in ev.leave:
+            self._remove(node_id, True, where)
+            observable = max(observable, ev.at + 1)
+        for node_id in ev.join:
+            if node_id in self.nodes:
+                raise ScenarioError(f"{where}: daemon {node_id!r} is already running")
+            self._spawn(node_id, self._phase(0, 0) if self.scenario.phases != "aligned" else 0)
+            observable = max(observable, ev.at + 1)
+        if ev.demand:
+            for group, per in ev.demand.items():
+                for daemon, kinds in per.items():
+                    self.demand.setdefault(group, {}).setdefault(daemon, {}).update(kinds)
+            observable = max(observable, ev.at + 1)
+        for what, ids in (("crash", ev.crash), ("leave", ev.leave), ("join", ev.join)):
+            if ids:
+                labels.append(f"{what} {','.join(ids)}")
+        if ev.demand:
+            labels.append("demand")
+        return Change(ev.at, observable, "; ".join(labels))
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _unit(self, group: ResourceGroup, kind: str) -> tuple[float, float] | None:
+        """(quota, bytes per message-unit) of the dimension we measure, or None if unlimited."""
+        msgs, nbytes = group.rates(kind)
+        if msgs >= 0:
+            return msgs, 1.0
+        if nbytes >= 0:
+            return nbytes, float(self.scenario.message_bytes)
+        return None
+
+    def run(self) -> RunResult:
+        sc = self.scenario
+        s = sc.substeps
+        dims: dict[str, list[DimensionTick | None]] = {}
+        # Daemons report the traffic of tick 0 during tick 0 or (phase 0) at tick 1.
+        changes = [Change(0, 1, "start")]
+        limits: list[dict[str, dict[str, float]]] = []
+        daemon_ticks = 0
+        events_by_tick: dict[int, list[int]] = {}
+        for i, ev in enumerate(sc.events):
+            events_by_tick.setdefault(ev.at, []).append(i)
+        for k in range(sc.ticks):
+            self.now = k * TICK_SECONDS
+            for i in events_by_tick.get(k, []):
+                changes.append(self._apply(i))
+            record = self._open_tick(k, dims)
+            daemon_ticks += len(self.nodes)
+            factors = self._jitter()
+            for sub in range(s):
+                self.now = (k + sub / s) * TICK_SECONDS
+                for receiver, data in self.transport.due(self.now):
+                    node = self.nodes.get(receiver)
+                    if node is not None:
+                        node.inbox.append(data)
+                for node in sorted(self.nodes.values(), key=lambda n: n.node_id):
+                    if node.phase == sub:
+                        node.tick(self.now)
+                        if self.log is not None:
+                            self.log.tick(node.node_id, self.now)
+                self._traffic(record, factors, s)
+            limits.append(self._limits())
+        if self.log is not None:
+            self.log.close()
+        everyone = list(self.nodes.values()) + self.retired
+        return RunResult(
+            scenario=sc.name, strategy=self.strategy, ticks=sc.ticks, dims=dims, changes=_merge(changes),
+            reports=sum(n.stats.reports for n in everyone),
+            report_bytes=sum(n.stats.report_bytes for n in everyone),
+            reports_lost=self.transport.lost,
+            announcements=sum(n.stats.announcements for n in everyone),
+            daemon_ticks=daemon_ticks,
+            counters={k: sum(getattr(n.stats, k) for n in everyone) for k in vars(NodeStats())},
+            limits=limits,
+        )
+
+    def _jitter(self) -> dict[tuple[str, str, str], float]:
+        j = self.scenario.jitter
+        out: dict[tuple[str, str, str], float] = {}
+        for group in sorted(self.demand):
+            for daemon in sorted(self.demand[group]):
+                for kind in sorted(self.demand[group][daemon]):
+                    out[(daemon, group, kind)] = 1.0 + (self.rng.uniform(-j, j) if j else 0.0)
+        return out
+
+    def _open_tick(self, k: int, dims: dict[str, list[DimensionTick | None]]) -> dict[str, DimensionTick]:
+        record: dict[str, DimensionTick] = {}
+        for name in sorted(self.groups):
+            for kind in KINDS:
+                key = f"{name}/{kind}"
+                series = dims.setdefault(key, [None] * self.scenario.ticks)
+                unit = self._unit(self.groups[name], kind)
+                if unit is None:
+                    continue
+                quota, _ = unit
+                tick = DimensionTick(quota)
+                series[k] = tick
+                record[key] = tick
+        return record
+
+    def _traffic(self, record: dict[str, DimensionTick], factors: dict[tuple[str, str, str], float],
+                 substeps: int) -> None:
+        mb = self.scenario.message_bytes
+        for node_id in sorted(self.nodes):
+            node = self.nodes[node_id]
+            for group_name in sorted(self.demand):
+                group = self.groups.get(group_name)
+                kinds = self.demand[group_name].get(node_id)
+                if group is None or not kinds:
+                    continue
+                for kind in sorted(kinds):
+                    rate = kinds[kind] * factors.get((node_id, group_name, kind), 1.0)
+                    key = f"{group_name}/{kind}"
+                    tick = record.get(key)
+                    unit = 1.0 if tick is None else self._unit(group, kind)[1]  # type: ignore[index]
+                    if tick is not None:
+                        tick.offered[node_id] = rate * unit
+                        tick.admitted.setdefault(node_id, 0.0)
+                    if rate <= 0:
+                        continue
+                    bk = (node_id, group_name, kind)
+                    backlog = self._backlog.get(bk, 0.0) + rate * TICK_SECONDS / substeps
+                    n = int(backlog + 1e-9)
+                    self._backlog[bk] = backlog - n
+                    if n <= 0:
+                        continue
+                    batch = max(1, int(rate * TICK_SECONDS / substeps / ACQUIRES_PER_SUBSTEP))
+                    admitted = node.offer(group, kind, n, batch, mb, self.now)
+                    if tick is not None:
+                        tick.admitted[node_id] += admitted * unit
+
+    def _limits(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for node_id in sorted(self.nodes):
+            node = self.nodes[node_id]
+            for (group, kind), st in node.limiter.states.items():
+                g = self.groups.get(group)
+                if g is None:
+                    continue
+                msgs_q, _ = g.rates(kind)
+                out.setdefault(f"{group}/{kind}", {})[node_id] = st.limit[0 if msgs_q >= 0 else 1]
+        return out
+
+
+def _merge(changes: list[Change]) -> list[Change]:
+    """One change per tick (events of the same tick are one change)."""
+    by_tick: dict[int, Change] = {}
+    for c in changes:
+        old = by_tick.get(c.tick)
+        if old is None:
+            by_tick[c.tick] = c
+        else:
+            label = "; ".join(x for x in (old.label, c.label) if x)
+            by_tick[c.tick] = Change(c.tick, max(old.observable, c.observable), label)
+    return [by_tick[t] for t in sorted(by_tick)]
+
+
+def run(scenario: Scenario, strategy: str, params: QuotaParams | None = None,
+        log: ReportLog | None = None) -> RunResult:
+    """Run one scenario under one strategy."""
+    return Simulation(scenario, strategy, params, log).run()

@@ -1,0 +1,40 @@
+"""How the cluster around each strategy behaves: report suppression, eviction, announcements.
+
+The strategies are compared on the same simulated daemon; what differs besides
+the allocation function is what the real systems do around it:
+- `rgd` (and the Doorman and static allocations, which run on rgd's daemon): the
+  daemon's defaults, PIP-82 suppression at 10 % / at least every 6th tick, a
+  silent daemon evicted after `ttl_ticks` (3), and a full report as soon as a new
+  member shows up, so a newcomer's map is complete by its second tick;
+- `pulsar`: Pulsar's ResourceGroupService constants, 5 % tolerance and a report at
+  least every 5 rounds (at most 4 suppressed), a dead broker's usage kept for
+  600 s (10 periods of 60 s: `pulsar_ttl_ticks`), and no announcement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rgd.suppression import SuppressionPolicy
+
+RGD_SUPPRESSION = SuppressionPolicy(tolerance=0.10, max_skipped_ticks=5)
+PULSAR_SUPPRESSION = SuppressionPolicy(tolerance=0.05, max_skipped_ticks=4)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    suppression: SuppressionPolicy
+    ttl_ticks: int
+    announce: bool  # publish a full report when a new member appears
+
+    @property
+    def safety_ttl_ticks(self) -> int:
+        """A group entry not confirmed for this long is dropped even without evidence
+        (sim/upkeep.py): three refresh periods plus the TTL."""
+        return 3 * (self.suppression.max_skipped_ticks + 1) + self.ttl_ticks
+
+
+def profile_for(strategy: str, ttl_ticks: int, pulsar_ttl_ticks: int) -> Profile:
+    if strategy == "pulsar":
+        return Profile(PULSAR_SUPPRESSION, pulsar_ttl_ticks, announce=False)
+    return Profile(RGD_SUPPRESSION, ttl_ticks, announce=True)

@@ -1,0 +1,81 @@
+"""Output: the Markdown comparison table and the machine-readable JSON (pure formatting)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping, Sequence
+
+from sim.metrics import HOLD, OVER_GRACE, SLACK, TOLERANCE, Metrics
+
+LEGEND = f"""\
+- **converge**: ticks from the moment a change is observable (the next tick for demand, join and
+  leave and a new group; the TTL for a crash; at once for a quota change) until every daemon is within
+  {TOLERANCE:.0%} of its max-min fair share (+{SLACK:.1%} of the quota) and the cluster within
+  {TOLERANCE:.0%} of min(quota, demand), for {HOLD} ticks in a row; worst change of the run; `never` if some
+  change never converges.
+- **overshoot**: the worst tick's cluster admission above the quota. **over quota**: share of ticks
+  more than {OVER_GRACE:.0%} above it.
+- **util** (admitted / min(quota, demand)) and **Jain** (of admitted / fair share): mean over the
+  converged part of each change (its last half if it never converges), worst change.
+- **report B**: bytes of usage reports published per daemon per tick (protobuf, after suppression).
+"""
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def markdown(results: Sequence[Metrics], descriptions: Mapping[str, str] | None = None) -> str:
+    descriptions = descriptions or {}
+    lines = [
+        "| scenario | strategy | converge (ticks) | overshoot % | over quota % | util % | Jain | report B |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    last = None
+    for m in results:
+        name = f"`{m.scenario}`" if m.scenario != last else ""
+        last = m.scenario
+        ttc = "never" if m.ticks_to_converge is None else str(m.ticks_to_converge)
+        util = None if m.utilization is None else m.utilization * 100
+        lines.append(
+            f"| {name} | {m.strategy} | {ttc} | {m.overshoot_pct:.1f} | {m.over_quota_share * 100:.0f} "
+            f"| {_num(util, '.1f')} | {_num(m.jain, '.3f')} | {m.report_bytes_per_daemon_tick:.0f} |"
+        )
+    out = ["## Strategy comparison", "", *lines, "", LEGEND]
+    if descriptions:
+        out += ["Scenarios:", ""]
+        out += [f"- `{n}`: {d}" for n, d in sorted(descriptions.items())]
+        out.append("")
+    return "\n".join(out)
+
+
+def summary(results: Iterable[Metrics], max_ticks: int = 3, max_overshoot: float = 10.0) -> str:
+    """One line per strategy: how many scenarios it handles within rgd's targets."""
+    per: dict[str, list[Metrics]] = {}
+    for m in results:
+        per.setdefault(m.strategy, []).append(m)
+    lines = []
+    for strategy, ms in per.items():
+        ok = sum(
+            1 for m in ms
+            if m.ticks_to_converge is not None and m.ticks_to_converge <= max_ticks
+            and m.overshoot_pct <= max_overshoot
+        )
+        worst = max(m.overshoot_pct for m in ms)
+        lines.append(
+            f"- {strategy}: {ok}/{len(ms)} scenarios converge within {max_ticks} ticks without overshooting "
+            f"more than {max_overshoot:g} %; worst overshoot {worst:.1f} %"
+        )
+    return "\n".join(lines)
+
+
+def to_json(results: Sequence[Metrics], descriptions: Mapping[str, str], extra: Mapping[str, Any]) -> str:
+    doc = {
+        "definitions": {
+            "tolerance": TOLERANCE, "slack_of_quota": SLACK, "hold_ticks": HOLD, "over_grace": OVER_GRACE,
+        },
+        **extra,
+        "scenarios": dict(sorted(descriptions.items())),
+        "results": [m.to_json() for m in results],
+    }
+    return json.dumps(doc, indent=2, sort_keys=False, allow_nan=False, default=str)

@@ -1,0 +1,167 @@
+"""Simulator plumbing: schema validation, transport, determinism, CLI, scale mode, log hook."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.__main__ import main
+from sim.engine import run
+from sim.metrics import converged, evaluate
+from sim.scale import ScaleSpec, members_of, run_scale
+from sim.scenario import ScenarioError, builtin_names, load, parse
+from sim.transport import Transport, TransportSpec
+
+MINIMAL = {"ticks": 5, "daemons": ["a", "b"], "groups": {"g": {"publishRateInMsgs": 100}},
+           "demand": {"g": {"a": 80, "b": 40}}}
+
+
+def _err(doc: dict) -> str:
+    with pytest.raises(ScenarioError) as exc:
+        parse(doc)
+    return str(exc.value)
+
+
+# -- scenario schema ---------------------------------------------------------------------------
+
+
+def test_every_builtin_parses() -> None:
+    for name in builtin_names():
+        sc = load(name)
+        assert sc.name == name and sc.ticks > 0 and sc.description
+
+
+def test_validation_names_the_bad_key() -> None:
+    assert _err({**MINIMAL, "tikcs": 3}).startswith("tikcs: unknown key")
+    assert _err({k: v for k, v in MINIMAL.items() if k != "ticks"}).startswith("ticks: missing")
+    assert _err({**MINIMAL, "ticks": 0}).startswith("ticks: expected an integer")
+    assert _err({**MINIMAL, "demand": {"g": {"a": -5}}}).startswith("demand.g.a: expected a number")
+    assert _err({**MINIMAL, "demand": {"g": {"a": {"publsh": 5}}}}).startswith("demand.g.a.publsh: unknown key")
+    assert "groups.g.publishRateInMsg" in _err({**MINIMAL, "groups": {"g": {"publishRateInMsg": 5}}})
+    assert _err({**MINIMAL, "events": [{"at": 9, "join": ["c"]}]}).startswith("events[0].at: expected an integer in 0..4")
+    assert _err({**MINIMAL, "events": [{"at": 1, "crash": "a", "boom": 1}]}).startswith("events[0].boom: unknown key")
+    assert _err({**MINIMAL, "transport": {"loss": 2}}).startswith("transport.loss: expected a number")
+    assert _err({**MINIMAL, "phases": "sometimes"}).startswith("phases:")
+    assert _err({**MINIMAL, "daemons": ["a", "a"]}).startswith("daemons: a daemon id is listed twice")
+
+
+def test_load_reports_the_file_and_unknown_names(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**MINIMAL, "seed": "x"}))
+    with pytest.raises(ScenarioError, match=r"^bad.yaml: seed: expected an integer"):
+        load(str(bad))
+    with pytest.raises(ScenarioError, match="no such file or built-in scenario"):
+        load("no-such-scenario")
+
+
+def test_events_that_make_no_sense_fail_at_run_time() -> None:
+    sc = parse({**MINIMAL, "events": [{"at": 1, "leave": ["zz"]}]})
+    with pytest.raises(ScenarioError, match="'zz' is not running"):
+        run(sc, "rgd")
+
+
+# -- transport -----------------------------------------------------------------------------
+
+
+def test_transport_loss_delay_duplicates_are_seeded() -> None:
+    def deliveries(seed: int) -> list[tuple[str, bytes]]:
+        t = Transport(TransportSpec(loss=0.3, delay=2, duplicate=0.2), seed)
+        for i in range(200):
+            t.publish("a", bytes([i % 256]), 0.0, ["a", "b", "c"])
+        assert t.due(1.9) == []
+        return t.due(2.0)
+
+    first = deliveries(7)
+    assert first == deliveries(7)
+    assert all(r != "a" for r, _ in first)  # never back to the sender
+    assert 0.5 * 400 < len(first) < 1.0 * 400  # about 70 % delivered, plus duplicates
+
+
+# -- engine ---------------------------------------------------------------------------------
+
+
+def test_same_seed_same_run() -> None:
+    sc = load("loss")
+    a, b = evaluate(run(sc, "rgd")), evaluate(run(sc, "rgd"))
+    assert a == b
+
+
+def test_traffic_is_driven_through_the_limiter() -> None:
+    r = run(parse({**MINIMAL, "ticks": 12}), "static")
+    last = r.dims["g/publish"][-1]
+    assert last is not None
+    assert last.offered == {"a": 80.0, "b": 40.0}
+    assert last.admitted["a"] == pytest.approx(50, abs=2)  # static: 100 / 2
+    assert last.admitted["b"] == pytest.approx(40, abs=1)
+    assert not converged(last)  # max-min fair is 60/40
+
+
+def test_bytes_only_quota_is_measured_in_bytes() -> None:
+    doc = {**MINIMAL, "ticks": 10, "message_bytes": 100, "groups": {"g": {"publishRateInBytes": 10_000}}}
+    r = run(parse(doc), "rgd")
+    t = r.dims["g/publish"][-1]
+    assert t is not None and t.quota == 10_000 and t.offered["a"] == 8_000
+    assert sum(t.admitted.values()) == pytest.approx(10_000, rel=0.05)
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def test_cli_writes_markdown_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["skew", "--strategy", "rgd", "--strategy", "pulsar", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| `skew` | rgd |" in out and "| pulsar |" in out
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [r["strategy"] for r in doc["results"]] == ["rgd", "pulsar"]
+    assert doc["results"][0]["ticks_to_converge"] <= 3
+    assert (tmp_path / "results.md").read_text().startswith("## Strategy comparison")
+
+
+def test_cli_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "s.yaml"
+    bad.write_text(yaml.safe_dump({**MINIMAL, "groups": {"g": {"publishRateInMsgs": "lots"}}}))
+    assert main([str(bad)]) == 2
+    assert "publishRateInMsgs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["skew", "--strategy", "nope"])
+
+
+def test_cli_log_dir_writes_usage_logs(tmp_path: Path) -> None:
+    from rgd.usage_log import read_segment
+    from rgd.wire.usage_report_pb2 import UsageReport
+
+    assert main(["join", "--strategy", "rgd", "--log-dir", str(tmp_path)]) == 0
+    segments = sorted((tmp_path / "join" / "rgd").glob("a-*.seg"))
+    assert segments
+    frames = [f for seg in segments for f in read_segment(seg)[0]]
+    published = [f for f in frames if f.payload]
+    assert published and frames[0].metadata.daemon_id == "a"
+    rep = UsageReport()
+    rep.ParseFromString(published[0].payload)  # the report bytes, untouched
+    assert rep.daemon_id == "a"
+
+
+# -- scale mode -----------------------------------------------------------------------------
+
+
+def test_scale_assignment_is_balanced() -> None:
+    spec = ScaleSpec(daemons=100, groups=100_000, spread=5)
+    counts = [0] * 100
+    for g in range(0, 100_000):
+        ms = members_of(g, spec)
+        assert len(ms) == 5
+        for d in ms:
+            counts[d] += 1
+    assert set(counts) == {5000}
+
+
+def test_scale_mode_small() -> None:
+    r = run_scale(ScaleSpec(daemons=10, groups=400, spread=5, ticks=4))
+    assert r.groups_per_daemon == 200
+    assert r.report_bytes_first > r.report_bytes_per_tick > 0  # suppression saves bytes
+    assert r.map_entries_own == 200 * 5
+    assert r.map_entries_all > r.map_entries_own and r.map_bytes_all > r.map_bytes_own > 0
+    assert r.calc_seconds_per_tick > 0
