@@ -1,13 +1,11 @@
 """Daemon wiring: HTTP server, Pulsar session supervisor, tick loop, config watcher.
 
-Each concern is a small asyncio task; `stop()` publishes the `leaving` report,
-cancels the tasks in reverse order and releases the broker it started.
-
-One tick (DESIGN §1), on one clock:
-  collect   limiter counters since the last tick
-  report    suppressed per PIP-82, signed, published, logged
-  read      drain reports received since the last tick into the usage map
-  compute   the quota calculator for every limited group -> limiter.set_limit
+The cluster logic (collect -> report -> read -> compute) is `ClusterNode`'s,
+without I/O, shared with the simulator; this module is its edges: publishing
+and signing reports, receiving them into an inbox drained once per tick, the
+usage log, metrics, config from the file and the config topic. Each concern is
+a small asyncio task; `stop()` publishes the `leaving` report, cancels the
+tasks in reverse order and releases the broker it started.
 """
 
 from __future__ import annotations
@@ -26,15 +24,15 @@ from rgd.api.app import build_app
 from rgd.config_file import ConfigDocument, ConfigError, load_config
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
+from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig
 from rgd.groups import KINDS, ResourceGroup
-from rgd.limiter import Limiter, rate_of
+from rgd.limiter import Limiter
 from rgd.metrics import Metrics
-from rgd.quota.calculator import compute_limits
-from rgd.quota.model import INF, GroupLimits, PeerUsage
-from rgd.report_builder import figures, group_entries, local_rates, peer_usage
-from rgd.report_codec import HmacKeys, Rejected, decode_report
+from rgd.quota.inputs import QuotaParams
+from rgd.quota.model import INF
+from rgd.report_codec import HmacKeys
 from rgd.settings import Settings
-from rgd.suppression import SuppressionPolicy, SuppressionState, select_reports
+from rgd.suppression import SuppressionPolicy
 from rgd.transport import PulsarSession, Received
 from rgd.usage_map import EVICT_LEAVING, EVICT_TTL, UsageMap
 from rgd.wire.usage_report_pb2 import UsageReport
@@ -49,41 +47,51 @@ class Daemon:
         self.settings = settings
         self.clock = time.monotonic
         self.incarnation = int(time.time() * 1000)
-        self.sequence = 0
         self.metrics = Metrics()
         self.config = ConfigStore()
         self.config_doc = config_doc
         if config_doc is not None:
             self.config.set_base(config_doc.registry)
-        self.usage_map = UsageMap()
-        self.limiter = Limiter(
-            self.clock, settings.burst, settings.max_debt, initial_limits=self._initial_limits
+        self.node = ClusterNode(
+            NodeConfig(
+                settings.id, settings.tick, settings.strategy,
+                QuotaParams(burst_seconds=settings.burst),
+                SuppressionPolicy(settings.report_tolerance, settings.report_every),
+                settings.ttl_ticks, True, settings.burst, settings.max_debt, settings.outage_grace,
+            ),
+            self.incarnation, self.clock, lambda _now: int(time.time() * 1000),
+            lambda: self.config.effective.groups,
+            HmacKeys.load(settings.report_hmac_keys_file) if settings.report_hmac_keys_file else None,
         )
-        self.suppression = SuppressionPolicy(settings.report_tolerance, settings.report_every)
-        self.suppression_state = SuppressionState()
-        self.hmac_keys = HmacKeys.load(settings.report_hmac_keys_file) if settings.report_hmac_keys_file else None
         self.admin_tokens = _load_tokens(settings.admin_tokens_file)
         self.last_local_rates: dict[tuple[str, str], tuple[float, float]] = {}
-        # Our own usage-map entry per group as of the previous tick: what every peer has
-        # folded by now (the calculator grants increases only once peers have seen them).
-        self.previous_self: dict[str, PeerUsage | None] = {}
         self.inbox: asyncio.Queue[Received] = asyncio.Queue(MAX_INBOX)
         self.session: PulsarSession | None = None
         self.pending_changes: list[ConfigChange] = []
         self.broker: EmbeddedBroker | None = None
         self.pulsar_url = settings.pulsar_url
         self.usage_log: Any = None
-        self.ticks = 0
-        self.last_connected = self.clock()
-        self.members_at_disconnect = 1  # daemons known alive when the broker went away
-        self.disconnected = False
         self.started = False
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
-        self._config_generation_applied = -1
         self.bound_port: int | None = None
-        self.stopping = asyncio.Event()
         self.metrics.attach(self)
+
+    @property
+    def limiter(self) -> Limiter:
+        return self.node.limiter
+
+    @property
+    def usage_map(self) -> UsageMap:
+        return self.node.usage_map
+
+    @property
+    def ticks(self) -> int:
+        return self.node.ticks
+
+    @property
+    def connected(self) -> bool:
+        return self.session is not None and self.session.connected
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -119,9 +127,9 @@ class Daemon:
         if not self.started:
             return
         self.started = False
-        if self.session is not None and self.session.connected:
+        if self.connected:
             try:
-                data = await asyncio.wait_for(self._publish(self._leaving_report()), 2.0)
+                data = await asyncio.wait_for(self._publish(self.node.leaving_report(self.clock())), 2.0)
                 if self.usage_log is not None:
                     self.usage_log.append_published(data)
             except Exception as exc:
@@ -137,14 +145,6 @@ class Daemon:
             self.usage_log.close()
         if self.broker is not None:
             await asyncio.to_thread(self.broker.stop)
-
-    def _leaving_report(self) -> UsageReport:
-        """Graceful shutdown: peers evict us at once instead of after the TTL."""
-        self.sequence += 1
-        return UsageReport(
-            daemon_id=self.settings.id, sequence=self.sequence, publish_time_ms=int(time.time() * 1000),
-            tick_ms=int(round(self.settings.tick * 1000)), incarnation=self.incarnation, leaving=True,
-        )
 
     def _open_usage_log(self) -> None:
         try:
@@ -172,22 +172,18 @@ class Daemon:
     # -- readiness -------------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        connected = self.session is not None and self.session.connected
+        connected = self.connected
         detail = {
             "broker_connected": connected,
             "broker_url": self.pulsar_url,
             "ticks": self.ticks,
-            "members": sorted(set(self.usage_map.members) | {self.settings.id}),
-            "safe_share": self.safe_share_active,
+            "members": sorted(self.node.members()),
+            "safe_share": self.node.safe_share_active(),
             "config_file": self.config_doc.path if self.config_doc else None,
         }
         # Ready once one full tick has run with the broker up: by then we have heard
         # our peers, so our limits are a share, not a guess.
         return connected and self.ticks >= 1, detail
-
-    @property
-    def safe_share_active(self) -> bool:
-        return self.disconnected and self.clock() - self.last_connected > self.settings.outage_grace
 
     # -- pulsar ----------------------------------------------------------------------------
 
@@ -210,7 +206,6 @@ class Daemon:
             self.session = session
             self.metrics.broker_reconnects.inc()
             self.metrics.broker_connected.set(1)
-            self.last_connected = self.clock()
             await self._flush_changes()
             receive = asyncio.create_task(self._receive_loop(session))
             config = asyncio.create_task(self._config_loop(session))
@@ -276,7 +271,7 @@ class Daemon:
 
     async def _publish(self, report: UsageReport) -> bytes:
         data = report.SerializeToString()
-        props = self.hmac_keys.sign(data) if self.hmac_keys else None
+        props = self.node.keys.sign(data) if self.node.keys else None
         assert self.session is not None
         await self.session.publish_report(data, props)
         return data
@@ -315,10 +310,7 @@ class Daemon:
 
     def _apply_config(self) -> None:
         """After any config change: drop deleted groups, recompute limits now."""
-        groups = self.config.effective.groups
-        for name in {g for g, _ in self.limiter.states} - set(groups):
-            self.limiter.forget(name)
-        self.recompute()
+        self.node.apply_config()
 
     # -- tick ------------------------------------------------------------------------------
 
@@ -340,133 +332,73 @@ class Daemon:
             self.metrics.tick_seconds.observe(time.perf_counter() - started)
 
     async def tick(self) -> None:
-        s = self.settings
+        """collect -> report -> read -> compute (the logic is ClusterNode's; this is the I/O)."""
         now = self.clock()
-        tick_s = s.tick
-        self.previous_self = {
-            g: (e[s.id].usage if s.id in e else None) for g, e in self.usage_map.groups.items()
-        }
-        # collect
-        collected = self.limiter.collect()
-        entries = group_entries(collected, self.limiter.states, self.config.effective.groups)
-        for name, gu in entries.items():
-            for kind in KINDS:
-                self.last_local_rates[(name, kind)] = local_rates(gu, kind, tick_s)
-        # report
-        send, suppressed = select_reports(
-            self.suppression, self.suppression_state, {n: figures(gu) for n, gu in entries.items()}
-        )
-        self.metrics.groups_suppressed.inc(len(suppressed))
-        self.sequence += 1
-        report = UsageReport(
-            daemon_id=s.id, sequence=self.sequence, publish_time_ms=int(time.time() * 1000),
-            tick_ms=int(round(tick_s * 1000)), incarnation=self.incarnation,
-        )
-        for name in sorted(send):
-            report.groups.append(entries[name])
-            # Our own entry is what peers will see, so every daemon computes from the same map.
-            self.usage_map.set_local(s.id, name, peer_usage(entries[name], tick_s), now)
-        self.usage_map.touch_self(s.id, self.incarnation, self.sequence, now, report.publish_time_ms)
-        connected = self.session is not None and self.session.connected
-        self._track_connection(connected, now)
-        if connected:
-            try:
-                data = await asyncio.wait_for(self._publish(report), tick_s)
-                self.metrics.reports_published.inc()
-                if self.usage_log is not None:
-                    self.usage_log.append_published(data)
-            except Exception as exc:
-                self.metrics.publish_errors.inc()
-                log.warning("report %d not published: %s", self.sequence, exc)
+        connected = self.connected
+        if self.node.set_hearing(connected, now):
+            log.info("broker reachable again; reconverging")
+        elif not connected and self.node.deaf_since == now:
+            log.warning("broker unreachable; keeping the last shares for %.0fs, then quota/%d",
+                        self.settings.outage_grace, self.node.members_at_deafness)
         self.metrics.broker_connected.set(1 if connected else 0)
-        # read
-        self._drain_inbox(now)
+        # collect + report
+        out = self.node.tick_report(now)
+        self.last_local_rates = out.local_rates
+        self.metrics.groups_suppressed.inc(out.suppressed)
         if connected:
-            # While we cannot hear the topic, silence is ours, not our peers': keep them.
-            ttl = s.ttl_ticks * tick_s
-            for _ in self.usage_map.evict_silent(now, ttl, keep=s.id):
-                self.metrics.evictions.labels(EVICT_TTL).inc()
-            self.usage_map.expire_groups(now, (s.report_every + s.ttl_ticks + 1) * tick_s)
+            await self._publish_logged(out.report)
+        # read
+        newcomers = self._drain_inbox(now)
+        for _ in self.node.upkeep(now):
+            self.metrics.evictions.labels(EVICT_TTL).inc()
+        if newcomers and connected:
+            announcement = self.node.announcement(now)
+            if announcement is not None:
+                await self._publish_logged(announcement)
         # compute
-        self.recompute()
-        self.ticks += 1
+        started = time.perf_counter()
+        self.node.recompute()
+        self.metrics.calc_seconds.observe(time.perf_counter() - started)
+        self.metrics.safe_share.set(1 if self.node.safe_share_active(now) else 0)
         if self.usage_log is not None:
             self.usage_log.maintain()
 
-    def _track_connection(self, connected: bool, now: float) -> None:
-        if connected:
-            if self.disconnected:
-                # Back: give every peer a fresh TTL from now, they were silent because we were.
-                self.usage_map.refresh_all(now)
-                log.info("broker reachable again; reconverging")
-            self.disconnected = False
-            self.last_connected = now
-        elif not self.disconnected:
-            self.disconnected = True
-            self.members_at_disconnect = len(self.members())
-            log.warning("broker unreachable; keeping the last shares for %.0fs, then quota/%d",
-                        self.settings.outage_grace, self.members_at_disconnect)
+    async def _publish_logged(self, report: UsageReport) -> None:
+        try:
+            data = await asyncio.wait_for(self._publish(report), self.settings.tick)
+        except Exception as exc:
+            self.metrics.publish_errors.inc()
+            log.warning("report %d not published: %s", report.sequence, exc)
+            return
+        self.metrics.reports_published.inc()
+        if self.usage_log is not None:
+            self.usage_log.append_published(data)
 
-    def _drain_inbox(self, now: float) -> None:
-        s = self.settings
-        now_ms = int(time.time() * 1000)
+    def _drain_inbox(self, now: float) -> list[str]:
+        """Fold everything received since the last tick; returns new members."""
+        newcomers: list[str] = []
         while not self.inbox.empty():
             msg = self.inbox.get_nowait()
-            try:
-                report = decode_report(msg.data, now_ms, s.id, self.incarnation, msg.properties, self.hmac_keys)
-            except Rejected as exc:
-                self.metrics.reports_rejected.labels(exc.reason).inc()
-                log.debug("rejected report: %s", exc)
+            receipt = self.node.receive(msg.data, msg.properties, now)
+            if receipt.reason == REJECT_OWN:
                 continue
-            if report.daemon_id == s.id:
-                continue  # our own report, echoed by the topic
-            result = self.usage_map.fold(report, now)
-            if not result.accepted:
-                self.metrics.reports_rejected.labels(result.reason).inc()
+            if not receipt.accepted:
+                self.metrics.reports_rejected.labels(receipt.reason).inc()
                 continue
             self.metrics.reports_received.inc()
-            if result.lost:
-                self.metrics.reports_lost.inc(result.lost)
-            if report.leaving:
+            if receipt.lost:
+                self.metrics.reports_lost.inc(receipt.lost)
+            assert receipt.report is not None
+            if receipt.report.leaving:
                 self.metrics.evictions.labels(EVICT_LEAVING).inc()
+            elif receipt.new_member:
+                newcomers.append(receipt.report.daemon_id)
             if self.usage_log is not None:
-                self.usage_log.append_receipt(report, msg.data, time.time())
-
-    def members(self) -> set[str]:
-        return set(self.usage_map.members) | {self.settings.id}
-
-    def _initial_limits(self, group: ResourceGroup, kind: str) -> tuple[float, float]:
-        return self._limits_for(group)[kind]
-
-    def _limits_for(self, group: ResourceGroup) -> GroupLimits:
-        members = self.members()
-        if self.safe_share_active:
-            # Outage past the grace: we cannot see our peers, so our last shares may no
-            # longer add up. Quota / daemons last known alive: never the full quota.
-            n = max(1, self.members_at_disconnect)
-            return {k: (rate_of(m) / n, rate_of(b) / n) for k, (m, b) in ((k, group.rates(k)) for k in KINDS)}
-        usage = self.usage_map.group_usage(group.name)
-        me = self.settings.id
-        if len(members) == 1 and self.ticks >= 1:
-            # We listened a full tick and nobody reported: no peer can overshoot with us,
-            # so our newest demand counts at once.
-            previous = usage.get(me)
-        else:
-            previous = self.previous_self.get(group.name)
-        return compute_limits(group, usage, me, members, self.settings.strategy, previous=previous)
+                self.usage_log.append_receipt(receipt.report, msg.data, time.time())
+        return newcomers
 
     def recompute(self) -> None:
-        started = time.perf_counter()
-        groups = self.config.effective.groups
-        self.metrics.safe_share.set(1 if self.safe_share_active else 0)
-        for (name, kind), st in list(self.limiter.states.items()):
-            group = groups.get(name)
-            if group is None:
-                continue
-            limits = self._limits_for(group)
-            msgs, nbytes = limits[kind]
-            self.limiter.set_limit(group, kind, msgs, nbytes)
-        self.metrics.calc_seconds.observe(time.perf_counter() - started)
+        self.node.recompute()
 
     # -- admin stats -----------------------------------------------------------------------
 
@@ -487,7 +419,7 @@ class Daemon:
                 }
             daemons[daemon_id] = doc
         return {"group": group.name, "quota": group.to_admin(), "daemons": daemons,
-                "members": sorted(self.members())}
+                "members": sorted(self.node.members())}
 
 
 def _load_tokens(path: str) -> frozenset[str]:

@@ -30,7 +30,7 @@ class Profile:
     @property
     def safety_ttl_ticks(self) -> int:
         """A group entry not confirmed for this long is dropped even without evidence
-        (sim/upkeep.py): three refresh periods plus the TTL."""
+        (rgd/map_keeper.py): three refresh periods plus the TTL."""
         return 3 * (self.suppression.max_skipped_ticks + 1) + self.ttl_ticks
 
 

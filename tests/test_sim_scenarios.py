@@ -117,15 +117,15 @@ def test_ideal_is_max_min_fair_over_offered_load() -> None:
 def test_previous_is_what_keeps_a_surge_under_the_quota(monkeypatch: pytest.MonkeyPatch) -> None:
     # c's own report shows its jump before its peers have folded it. With `previous`, c waits a
     # tick for them to make room; without it the cluster overshoots.
+    from rgd.cluster_node import ClusterNode
     from rgd.quota.calculator import compute_limits
-    from sim.node import SimNode
 
     _, with_previous = result("surge", "rgd")
     assert with_previous.overshoot_pct <= 2.0
 
     def without_previous(self, group):  # what a daemon that does not track it computes
         return compute_limits(group, self.usage_map.group_usage(group.name), self.node_id,
-                              self.members(), self.strategy, self.params)
+                              self.members(), self.config.strategy, self.config.params)
 
-    monkeypatch.setattr(SimNode, "limits_for", without_previous)
+    monkeypatch.setattr(ClusterNode, "limits_for", without_previous)
     assert evaluate(run(load("surge"), "rgd")).overshoot_pct > 5.0

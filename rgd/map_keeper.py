@@ -1,11 +1,11 @@
 """Usage-map upkeep that survives report loss: evidence-based group expiry and tombstones.
 
-rgd's UsageMap drops a group entry not refreshed for a fixed time and forgets a
-member silent for the TTL. Under report loss both make a busy peer look idle or
-gone, and every daemon that believes so hands itself that peer's share: the
-cluster overshoots until the peer's next periodic report (up to report_every + 1
-ticks under suppression). This keeper applies two rules on top of the map, which
-the daemon should adopt (they need only what a report already carries):
+Expiring a group entry by age alone, and forgetting a member silent for the
+TTL, both make a busy peer look idle or gone under report loss; every daemon
+that believes so hands itself that peer's share, and the cluster overshoots
+until the peer's next periodic report (up to report_every + 1 ticks under
+suppression). The keeper applies two rules on top of the map (they need only
+what a report already carries):
 - a peer's group entry is dropped when K + 1 *consecutive* reports of that peer
   (sequence numbers without a gap) did not mention the group: an active group is
   in at least one of any K + 1 consecutive reports, so the peer went idle and its
