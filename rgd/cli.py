@@ -74,7 +74,22 @@ def cmd_run(ns: argparse.Namespace) -> int:
     except (ConfigError, SettingsError) as exc:
         print(f"rgd: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(Daemon(settings, doc)))
+    return _run_loop(_serve(Daemon(settings, doc)), settings.event_loop)
+
+
+def _run_loop(main: Any, event_loop: str) -> int:
+    """uvloop when asked or, for `auto`, when installed (the benchmark's batch figures
+    are about 20 % better on it); asyncio's own loop otherwise."""
+    if event_loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if event_loop == "uvloop":
+                print("rgd: event_loop uvloop: uvloop is not installed", file=sys.stderr)
+                return 2
+        else:
+            return uvloop.run(main)
+    return asyncio.run(main)
 
 
 async def _serve(daemon: Any) -> int:

@@ -34,6 +34,7 @@ from rgd.report_codec import HmacKeys
 from rgd.settings import Settings
 from rgd.suppression import SuppressionPolicy
 from rgd.transport import PulsarSession, Received
+from rgd.usage_log import UsageLog
 from rgd.usage_map import EVICT_LEAVING, EVICT_TTL, UsageMap
 from rgd.wire.usage_report_pb2 import UsageReport
 
@@ -70,7 +71,7 @@ class Daemon:
         self.pending_changes: list[ConfigChange] = []
         self.broker: EmbeddedBroker | None = None
         self.pulsar_url = settings.pulsar_url
-        self.usage_log: Any = None
+        self.usage_log: UsageLog | None = None
         self.started = False
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
@@ -147,10 +148,6 @@ class Daemon:
             await asyncio.to_thread(self.broker.stop)
 
     def _open_usage_log(self) -> None:
-        try:
-            from rgd.usage_log import UsageLog
-        except ImportError:
-            return
         s = self.settings
         self.usage_log = UsageLog(
             s.log_dir, s.id, segment_max_bytes=s.log_segment_bytes, segment_max_age_s=s.log_segment_age,

@@ -36,6 +36,9 @@ class Decision(NamedTuple):
     reason: str | None
 
 
+_new_decision = tuple.__new__  # Decision(...) without the Python-level __new__ frame
+
+
 @dataclass(slots=True)
 class TickCounters:
     """What one (group, kind) saw since the last collect: usage and demand."""
@@ -133,22 +136,29 @@ class Limiter:
         if st is None:
             st = self.state(group, kind, now)
         mb, bb = st.messages, st.bytes
-        mb.refill(now)
-        bb.refill(now)
-        short_m = mb.shortfall(messages)
-        short_b = bb.shortfall(nbytes)
+        # TokenBucket.refill/shortfall/take, with their no-op and common cases inlined
+        # (a batch of 100 asks shares one `now`, so only the first ask refills): the
+        # same state changes and results as calling them, in fewer Python calls.
+        if now > mb.updated:
+            mb.refill(now)
+        if now > bb.updated:
+            bb.refill(now)
+        short_m = 0.0 if messages <= mb.tokens and mb.rate > 0 else mb.shortfall(messages)
+        short_b = 0.0 if nbytes <= bb.tokens and bb.rate > 0 else bb.shortfall(nbytes)
         tick = st.tick
         st.namespaces.add(namespace)
         if topic is not None:
             st.topics.add(topic)
         if short_m == 0.0 and short_b == 0.0:
-            mb.take(messages)
-            bb.take(nbytes)
+            if mb.rate != INF:
+                mb.tokens -= messages
+            if bb.rate != INF:
+                bb.tokens -= nbytes
             tick.admitted_messages += messages
             tick.admitted_bytes += nbytes
             st.total_admitted_messages += messages
             st.total_admitted_bytes += nbytes
-            return Decision(True, 0.0, mb.tokens, bb.tokens, None)
+            return _new_decision(Decision, (True, 0.0, mb.tokens, bb.tokens, None))
         wait_m = mb.wait_seconds(short_m)
         wait_b = bb.wait_seconds(short_b)
         if wait_m >= wait_b:

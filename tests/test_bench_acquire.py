@@ -1,0 +1,105 @@
+"""Smoke test of bench/bench_acquire.py: every case runs for a second and the
+report has its figures. Not a timed assertion: the numbers only have to exist,
+be positive and agree with each other (decisions = requests x batch)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench" / "bench_acquire.py"
+ROW = re.compile(r"^(\S+)\s+(asyncio|uvloop)\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)"
+                 r"\s+(\d+)\s+([\d,]+)\s+([\d,]+)$")
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _rows(stdout: str) -> dict[str, tuple]:
+    table = re.split(r"\n# results[^\n]*\n", stdout, maxsplit=1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.splitlines()[1:]:
+        m = ROW.match(line)
+        assert m, f"not a result row: {line!r}"
+        rows[m.group(1)] = (int(m.group(3).replace(",", "")), int(m.group(4).replace(",", "")),
+                            float(m.group(5)), float(m.group(6)), int(m.group(7)))
+    return rows
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)")
+@pytest.mark.skipif(shutil.which("redis-server") is None,
+                    reason="redis-server is not installed (apt-get install redis-server)")
+def test_full_benchmark_tiny_mode(tmp_path: Path) -> None:
+    pytest.importorskip("limits", reason="the bench extra is not installed (pip install -e '.[bench]')")
+    pytest.importorskip("coredis", reason="limits[async-redis] is not installed")
+    out = tmp_path / "bench.json"
+    # 4 connections: limits+Redis answers a batch of 100 in tens of ms, so every case
+    # completes requests inside a 1 s window.
+    proc = _run("--duration", "1", "--warmup", "0", "--connections", "4", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    stdout = proc.stdout
+    assert stdout.startswith("# command: python ")
+    assert "--duration 1 --warmup 0 --connections 4" in stdout.splitlines()[0]
+    assert re.search(r"^# machine: nproc=\d+ .*python=3\.", stdout, re.M)
+    assert re.search(r"^# redis-server ran [\d,]+ commands for the limits server$", stdout, re.M)
+
+    rows = _rows(stdout)
+    assert set(rows) == {"trivial-single", "rgd-single", "limits-single", "trivial-batch100", "rgd-batch100",
+                         "limits-batch100", "rgd-single-deny", "limits-single-deny"}
+    for name, (rps, dps, p50, p99, non2xx) in rows.items():
+        assert rps > 0, name
+        assert p99 >= p50 > 0, name
+        batch = 100 if "batch" in name else 1
+        assert abs(dps - rps * batch) <= batch, name  # both printed rounded
+        if name.endswith("-deny"):
+            assert non2xx > 0, f"{name}: a 100 msg/s group at full load must answer 429s"
+        else:
+            assert non2xx == 0, name
+
+    for label in ("rgd_single_over_trivial_single_req", "rgd_batch100_decisions_per_s",
+                  "rgd_single_over_limits_single_req", "rgd_batch100_over_limits_batch100_decisions"):
+        assert re.search(rf"^  {label}\s+[\d,.]+x?(\s|$)", stdout, re.M), label
+
+    doc = json.loads(out.read_text())
+    assert doc["command"].endswith("--duration 1 --warmup 0 --connections 4 --out " + str(out))
+    assert doc["machine"]["nproc"] >= 1 and doc["machine"]["python"].startswith("3.")
+    by = {r["case"]: r for r in doc["results"]}
+    assert by["rgd-batch100"]["decisions_per_s"] == pytest.approx(by["rgd-batch100"]["req_per_s"] * 100, rel=1e-3)
+    ratio = doc["ratios"]["asyncio"]["rgd_single_over_trivial_single_req"]
+    assert ratio["target"] == 0.8 and ratio["value"] == pytest.approx(
+        by["rgd-single"]["req_per_s"] / by["trivial-single"]["req_per_s"], rel=1e-2)
+    assert "429" in by["rgd-single-deny"]["check"] and "429" in by["limits-single-deny"]["check"]
+
+
+def test_python_fallback_generator_against_trivial_server() -> None:
+    """The load generator used when wrk is missing drives the same servers and report."""
+    proc = _run("--duration", "1", "--warmup", "0", "--connections", "4", "--loadgen", "python", "--rounds", "2",
+                "--cases", "trivial-single,trivial-batch100", timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "python load generator" in proc.stdout
+    # two rounds ran, interleaved, and the table keeps each case's best
+    order = re.findall(r"^  (\d): (\S+) ", proc.stdout, re.M)
+    assert order == [("1", "trivial-single"), ("1", "trivial-batch100"), ("2", "trivial-single"),
+                     ("2", "trivial-batch100")]
+    assert "# results (best of 2 rounds per case)" in proc.stdout
+    best = max(int(m.replace(",", "")) for m in re.findall(r"^  \d: trivial-single\s+asyncio\s+([\d,]+) req/s",
+                                                            proc.stdout, re.M))
+    rows = _rows(proc.stdout)
+    assert set(rows) == {"trivial-single", "trivial-batch100"}
+    assert all(r[0] > 0 and r[4] == 0 for r in rows.values())
+    assert rows["trivial-batch100"][1] >= 100 * rows["trivial-batch100"][0] - 100
+    assert rows["trivial-single"][0] == best
+
+
+def test_unknown_case_is_refused() -> None:
+    proc = _run("--cases", "rgd-single,nope", timeout=60)
+    assert proc.returncode != 0 and "unknown nope" in proc.stderr
