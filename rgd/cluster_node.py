@@ -243,6 +243,7 @@ class ClusterNode:
         if not send:
             return None
         report = self._new_report(now)
+        report.restatement = True  # the same tick's counts again: log replays must not add them
         self._include(report, list(send), now, skip=self._sent_this_tick)
         return report
 

@@ -41,7 +41,7 @@ class GroupUsage(_message.Message):
     def __init__(self, group: _Optional[str] = ..., namespaces: _Optional[_Iterable[str]] = ..., topics: _Optional[int] = ..., publish: _Optional[_Union[KindUsage, _Mapping]] = ..., dispatch: _Optional[_Union[KindUsage, _Mapping]] = ...) -> None: ...
 
 class UsageReport(_message.Message):
-    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation")
+    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement")
     DAEMON_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class UsageReport(_message.Message):
     LEAVING_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    RESTATEMENT_FIELD_NUMBER: _ClassVar[int]
     daemon_id: str
     sequence: int
     publish_time_ms: int
@@ -56,4 +57,5 @@ class UsageReport(_message.Message):
     leaving: bool
     groups: _containers.RepeatedCompositeFieldContainer[GroupUsage]
     incarnation: int
-    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[GroupUsage, _Mapping]]] = ..., incarnation: _Optional[int] = ...) -> None: ...
+    restatement: bool
+    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[GroupUsage, _Mapping]]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ...) -> None: ...

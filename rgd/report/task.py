@@ -1,0 +1,78 @@
+"""The work of one decode task: one segment's bytes -> series rows + a small SegmentMeta.
+
+Kept free of Spark so it can be tested and profiled on its own; job.py runs it
+inside `mapInArrow`, one task per segment. It never raises on bad input: a
+segment that cannot be read or decoded comes back as a SegmentMeta with
+`error` set, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rgd.report.decode import (
+    F_DHASH, F_INC, F_INDEX, F_PHASH, F_PUB_MS, F_RECV_US, F_SEQ, G_HASH, G_REP, R_DHASH, R_INC, R_LEAVING,
+    R_NGROUPS, R_OK, R_PUB_MS, R_SEQ, R_TICK_MS, decode_segment,
+)
+from rgd.report.merge import SegmentMeta
+from rgd.report.receipts import reduce_receipts
+from rgd.report.series import Grid, SeriesRow, segment_series
+
+
+def read_uri(uri: str) -> bytes:
+    """Whole file at `uri` (a local path or any fsspec URI)."""
+    if "://" not in uri or uri.startswith("file://"):
+        path = uri[len("file://"):] if uri.startswith("file://") else uri
+        with open(path, "rb") as fh:
+            return fh.read()
+    import fsspec
+
+    with fsspec.open(uri, "rb") as fh:
+        return fh.read()
+
+
+def process_segment(data: bytes, uri: str, grid: Grid) -> tuple[list[SeriesRow], SegmentMeta]:
+    meta = SegmentMeta(uri=uri, size=len(data))
+    try:
+        seg = decode_segment(data, uri)
+        F, R = seg.frames, seg.reports
+        meta.frames = int(F.shape[1])
+        meta.published = int(seg.published.size)
+        meta.receipts = int(seg.receipts.size)
+        meta.group_rows = int(seg.group_meta.shape[0])
+        meta.corrupt_regions, meta.bytes_skipped = seg.corrupt_regions, seg.bytes_skipped
+        meta.tail_bytes, meta.frames_lost, meta.bad_payloads = seg.tail_bytes, seg.frames_lost, seg.bad_payloads
+        meta.problems = seg.problems
+        meta.names = seg.names
+        if F.shape[1]:
+            meta.first_index, meta.last_index = int(F[F_INDEX, 0]), int(F[F_INDEX, -1])
+            meta.writer = int(F[F_DHASH, 0])
+        ok = R[:, R_OK] == 1 if R.size else np.zeros(0, bool)
+        Rk = R[ok]
+        meta.headers = {
+            "daemon": Rk[:, R_DHASH], "incarnation": Rk[:, R_INC], "seq": Rk[:, R_SEQ],
+            "pub_ms": Rk[:, R_PUB_MS], "tick_ms": Rk[:, R_TICK_MS], "leaving": Rk[:, R_LEAVING],
+            "groups": Rk[:, R_NGROUPS], "order": F[F_INDEX, seg.published[ok]],
+        }
+        gm = seg.group_meta
+        if gm.shape[0]:
+            gu, gi = np.unique(gm[:, G_HASH], return_inverse=True)
+            du, di = np.unique(R[gm[:, G_REP], R_DHASH], return_inverse=True)
+            key = gi * du.size + di
+            o = np.argsort(key, kind="stable")
+            k = key[o]
+            starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+            sums = np.add.reduceat(seg.counts[o], starts, axis=0)
+            ks = k[starts]
+            meta.totals = {"group": gu[ks // du.size], "daemon": du[ks % du.size], "counts": sums}
+        rc = seg.receipts
+        if rc.size:
+            meta.receipt_tables = reduce_receipts(
+                F[F_DHASH, rc], F[F_PHASH, rc], F[F_INC, rc], F[F_SEQ, rc], F[F_RECV_US, rc], F[F_PUB_MS, rc],
+                order=meta.first_index, grid_ms=grid.grid_ms)
+        rows = segment_series(seg, grid)
+        if rows:
+            meta.series_keys = np.unique(np.array([(r.group_key, r.chunk) for r in rows], np.int64), axis=0)
+    except Exception as exc:  # a decoder bug must not sink the whole report
+        return [], SegmentMeta(uri=uri, size=len(data), error=f"{type(exc).__name__}: {exc}")
+    return rows, meta

@@ -1,0 +1,235 @@
+"""The fast segment decoder against the protobuf library and the usage_log reader (no Spark)."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rgd.report.decode import (
+    CRC_TABLES, F_INDEX, G_HASH, R_DHASH, R_INC, R_LEAVING, R_OK, R_PUB_MS, R_SEQ, R_TICK_MS, crc32,
+    decode_segment, decode_segment_python, name_key,
+)
+from rgd.report.merge import merge_loss
+from rgd.report.receipts import boundary_staleness, reduce_receipts
+from rgd.report.series import DIMS, Grid, assemble
+from rgd.report.task import process_segment
+from rgd.usage_log.frame import encode_frame
+from rgd.usage_log.segment import scan_bytes
+from rgd.wire.log_entry_pb2 import LogEntryMetadata
+from rgd.wire.usage_report_pb2 import UsageReport
+
+
+def test_crc_matches_zlib() -> None:
+    rng = random.Random(5)
+    for n in (0, 1, 7, 8, 9, 63, 64, 1000):
+        b = bytes(rng.getrandbits(8) for _ in range(n + 3))
+        assert crc32(np.frombuffer(b, np.uint8), 3, n + 3, CRC_TABLES) == zlib.crc32(b[3:])
+
+
+def test_name_key_matches_kernel() -> None:
+    r = UsageReport(daemon_id="nodé-7")
+    seg = decode_segment(encode_frame(LogEntryMetadata(kind=1, daemon_id="w"), r.SerializeToString()))
+    assert seg.reports[0, R_DHASH] == name_key("nodé-7") and seg.names[name_key("nodé-7")] == "nodé-7"
+
+
+kind_values = st.fixed_dictionaries({
+    "admitted_messages": st.integers(0, 2**40), "admitted_bytes": st.integers(0, 2**50),
+    "throttled_messages": st.integers(0, 2**20), "throttled_bytes": st.integers(0, 2**30),
+    "limit_messages": st.floats(-1, 1e9), "limit_bytes": st.floats(-1, 1e12),
+    "quota_messages": st.sampled_from([-1.0, 0.0, 100.0, 1234.5]), "quota_bytes": st.floats(-1, 1e12)})
+group_st = st.tuples(st.text(min_size=0, max_size=12), st.lists(st.text(max_size=8), max_size=3),
+                     st.integers(0, 1000), kind_values, kind_values)
+report_st = st.tuples(st.text(min_size=1, max_size=10), st.integers(1, 2**40), st.integers(-2**40, 2**42),
+                      st.integers(0, 2**31), st.booleans(), st.integers(0, 2**45), st.lists(group_st, max_size=5))
+
+
+def build(rep: tuple) -> UsageReport:
+    daemon, seq, pub, tick, leaving, inc, groups = rep
+    r = UsageReport(daemon_id=daemon, sequence=seq, publish_time_ms=pub, tick_ms=tick, leaving=leaving,
+                    incarnation=inc)
+    for name, nss, topics, pub_k, dis_k in groups:
+        g = r.groups.add(group=name, topics=topics)
+        g.namespaces.extend(nss)
+        for k, vals in ((g.publish, pub_k), (g.dispatch, dis_k)):
+            for f, v in vals.items():
+                setattr(k, f, v)
+    return r
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(report_st, min_size=1, max_size=6))
+def test_reports_decode_like_protobuf(reports: list[tuple]) -> None:
+    built = [build(r) for r in reports]
+    buf = b"".join(encode_frame(LogEntryMetadata(kind=1, log_index=i, daemon_id="w"), r.SerializeToString())
+                   for i, r in enumerate(built))
+    seg = decode_segment(buf)
+    assert seg.reports[:, R_OK].tolist() == [1] * len(built)
+    row = 0
+    for i, r in enumerate(built):
+        R = seg.reports[i]
+        assert (R[R_SEQ], R[R_PUB_MS], R[R_TICK_MS], R[R_LEAVING], R[R_INC]) == (
+            r.sequence, r.publish_time_ms, r.tick_ms, int(r.leaving), r.incarnation)
+        assert seg.names[int(R[R_DHASH])] == r.daemon_id
+        for g in r.groups:
+            assert seg.names.get(int(seg.group_meta[row, G_HASH]), "") == g.group
+            counts, limits = seg.counts[row].tolist(), seg.limits[row].tolist()
+            for off, k in ((0, g.publish), (4, g.dispatch)):
+                assert counts[off:off + 4] == [k.admitted_messages, k.admitted_bytes, k.throttled_messages,
+                                               k.throttled_bytes]
+                assert limits[off:off + 4] == [k.limit_messages, k.limit_bytes, k.quota_messages, k.quota_bytes]
+            row += 1
+    assert row == seg.group_meta.shape[0]
+
+
+def receipt_frame(i: int, pub: str, seq: int, recv_us: int, pub_ms: int, inc: int = 9) -> bytes:
+    return encode_frame(LogEntryMetadata(kind=2, log_index=i, daemon_id="r", receive_time_us=recv_us,
+                                         publisher_id=pub, publisher_sequence=seq, publisher_incarnation=inc,
+                                         publish_time_ms=pub_ms))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4), st.integers(0, 40))
+def test_damage_counted_like_the_usage_log_reader(flips: list[tuple[int, int]], cut: int) -> None:
+    frames = []
+    for i in range(30):
+        if i % 6 == 0:
+            r = build(("d", i + 1, 1000 * i, 1000, False, 5, [("g", [], 0, {"admitted_messages": i}, {})]))
+            frames.append(encode_frame(LogEntryMetadata(kind=1, log_index=i, daemon_id="d"), r.SerializeToString()))
+        else:
+            frames.append(receipt_frame(i, f"p{i % 3}", i, 10_000 * i, 10 * i))
+    buf = bytearray(b"".join(frames))
+    for pos, val in flips:
+        buf[pos % len(buf)] ^= val
+    data = bytes(buf[: max(0, len(buf) - cut)])
+    ref, st_ref = scan_bytes(data, "seg")
+    seg = decode_segment(data, "seg")
+    assert seg.frames[F_INDEX].tolist() == [f.metadata.log_index for f in ref]
+    assert (seg.corrupt_regions, seg.bytes_skipped, seg.tail_bytes, seg.frames_lost) == (
+        st_ref.corrupt_regions, st_ref.bytes_skipped, st_ref.tail_bytes, st_ref.frames_lost)
+    assert decode_segment_python(data)[0] == len(ref)
+
+
+def test_garbage_never_raises() -> None:
+    rng = np.random.default_rng(1)
+    for n in (0, 3, 100, 5000):
+        junk = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        seg = decode_segment(b"\xabRGL" + junk)
+        assert seg.frames.shape[1] == 0 and seg.tail_bytes == n + 4
+    # a CRC-valid frame whose payload is not a report: counted, not fatal
+    seg = decode_segment(encode_frame(LogEntryMetadata(kind=1, log_index=0), b"\xff\xff\xff"))
+    assert seg.bad_payloads == 1 and seg.group_meta.shape[0] == 0
+
+
+def test_receipts_loss_delay_staleness_across_segments() -> None:
+    def seg(rows: list[tuple[str, int, int, int]], order: int):
+        recv = np.array([r[2] for r in rows], np.int64)
+        return reduce_receipts(np.full(len(rows), 1, np.int64), np.array([name_key(r[0]) for r in rows]),
+                               np.array([r[3] for r in rows], np.int64), np.array([r[1] for r in rows], np.int64),
+                               recv, (recv // 1000 - 5).astype(np.int64), order=order, grid_ms=1000)
+
+    a = [("p", s, s * 1_000_000, 1) for s in (1, 2, 3, 5, 6, 6)] + [("q", 10, 1_500_000, 1)]
+    b = [("p", s, s * 1_000_000, 1) for s in (7, 9)] + [("p", 1, 20_000_000, 2), ("p", 3, 22_000_000, 2)]
+    ta, tb = seg(a, 0), seg(b, 100)
+    runs = pd.concat([pd.DataFrame(ta.runs), pd.DataFrame(tb.runs)])
+    loss = merge_loss(runs).set_index(["publisher", "incarnation"])
+    p, q = name_key("p"), name_key("q")
+    assert loss.loc[(p, 1), ["received", "distinct", "expected", "lost", "duplicates"]].tolist() == [8, 7, 9, 2, 1]
+    assert loss.loc[(p, 2), ["lost"]].tolist() == [1]  # a new incarnation restarts, 2 is missing
+    assert loss.loc[(q, 1), ["lost", "expected"]].tolist() == [0, 1]
+    pa_ = pd.DataFrame(ta.pairs).set_index("publisher")
+    assert pa_.loc[p, "delay_max"] == 5.0 and pa_.loc[p, "delay_min"] == 5.0 and pa_.loc[p, "n"] == 6
+    # staleness inside a segment: receive(i) - publish(i-1): 1000 + 5 ms, 2000 + 5 across the gap, 5 for the dup
+    assert sorted(pa_.loc[p, ["stale_max"]].tolist()) == [2005.0]
+    edges = pd.concat([pd.DataFrame(ta.edges), pd.DataFrame(tb.edges)])
+    bs = boundary_staleness(edges)
+    assert bs["stale_ms"].tolist() == [7000 - 6000 + 5]  # p inc 1: seq 7 arrives after 6 was published
+
+
+def test_series_rows_round_trip(tmp_path: Path) -> None:
+    raws = []
+    for t in range(12):
+        r = UsageReport(daemon_id="d1", sequence=t + 1, publish_time_ms=(1000 + t) * 1000 + 300, tick_ms=1000)
+        for gname in ("a", "b"):
+            if gname == "b" and t % 3:
+                continue  # suppressed
+            g = r.groups.add(group=gname)
+            g.publish.admitted_messages = 10 * t + (gname == "b")
+            g.publish.throttled_messages = t
+            g.publish.limit_messages = 50.0
+            g.publish.quota_messages = 100.0 if t < 6 else 200.0
+            g.dispatch.quota_messages = g.dispatch.quota_bytes = -1.0
+            g.dispatch.limit_messages = g.dispatch.limit_bytes = -1.0
+        raws.append(encode_frame(LogEntryMetadata(kind=1, log_index=t, daemon_id="d1"), r.SerializeToString()))
+    grid = Grid(1000, 8, 3, origin=1000)
+    rows, meta = process_segment(b"".join(raws), "x", grid)
+    assert meta.error is None and meta.group_rows == 12 + 4
+    assert {(r.chunk, r.b0, r.n) for r in rows if r.group_key == name_key("a")} == {(0, 1000, 8), (1, 1005, 7)}
+    m = assemble([r for r in rows if r.group_key == name_key("b") and r.chunk == 0], 1000, 8)
+    k = DIMS.index("publish_messages")
+    assert m.reports[0].tolist() == [1, 0, 0, 1, 0, 0, 1, 0]
+    assert m.admitted[k][0].tolist() == [1, 0, 0, 31, 0, 0, 61, 0]
+    assert m.quota[k][0, [0, 6]].tolist() == [100, 200]
+    assert DIMS.index("dispatch_messages") not in m.admitted  # no traffic, no quota: not shipped
+    tot = dict(zip(meta.totals["group"].tolist(), meta.totals["counts"][:, 0].tolist()))
+    assert tot[name_key("a")] == sum(10 * t for t in range(12))
+
+
+def _load_make_logs():
+    path = Path(__file__).resolve().parent.parent / "bench" / "make_logs.py"
+    spec = importlib.util.spec_from_file_location("make_logs", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["make_logs"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_generator_writes_what_it_says(tmp_path: Path) -> None:
+    info = _load_make_logs().generate(tmp_path, daemons=3, groups=4, ticks=30, segment_bytes=20_000, loss=0.05,
+                                      progress=False)
+    segs = sorted(tmp_path.glob("*.seg"))
+    assert len(segs) == info["segments"] > 3
+    frames = groups = receipts = 0
+    admitted: dict[str, int] = {}
+    for p in segs:
+        data = p.read_bytes()
+        f, g, r = decode_segment_python(data)
+        frames, groups, receipts = frames + f, groups + g, receipts + r
+        seg = decode_segment(data)
+        assert seg.frames.shape[1] == f and seg.group_meta.shape[0] == g and not seg.problems
+        for key, cnt in zip(seg.group_meta[:, G_HASH].tolist(), seg.counts[:, 0].tolist()):
+            admitted[seg.names[key]] = admitted.get(seg.names[key], 0) + cnt
+    assert groups == info["group_rows"] == 3 * 4 * 30 and receipts == info["receipts"]
+    assert admitted == info["expected"]["admitted_messages"]
+    assert info["receipts"] + info["receipts_lost"] == 3 * 3 * 30
+
+
+def test_restatements_add_no_usage(tmp_path):
+    """A new member's restatement repeats the tick's counts: replays must count them once."""
+    from rgd.report.decode import decode_segment, decode_segment_python
+    from rgd.usage_log import UsageLog
+    from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
+
+    log = UsageLog(tmp_path, "d1", archive_threaded=False)
+    g = GroupUsage(group="gold")
+    g.publish.admitted_messages = 7
+    tick = UsageReport(daemon_id="d1", sequence=1, publish_time_ms=1_700_000_000_000, tick_ms=1000, incarnation=1)
+    tick.groups.append(g)
+    again = UsageReport()
+    again.CopyFrom(tick)
+    again.sequence, again.restatement = 2, True
+    log.append_published(tick.SerializeToString())
+    log.append_published(again.SerializeToString())
+    log.close()
+    [seg] = sorted(tmp_path.glob("*.seg"))
+    data = seg.read_bytes()
+    assert decode_segment_python(data)[1] == 1
+    decoded = decode_segment(data, seg.name)
+    assert int(decoded.counts[:, 0].sum()) == 7
