@@ -8,6 +8,8 @@ import signal
 import time
 
 from rgd.load_generator import Stream, constant, run_streams
+from rgd.usage_log import read_segment
+from rgd.wire.usage_report_pb2 import UsageReport
 from tests.cluster_harness import Cluster, wait_until
 
 QUOTA = 300.0
@@ -35,7 +37,7 @@ def test_killed_daemon_rejoins_without_burst(broker, tmp_path):
             notes["intact_bytes"] = open_seg.stat().st_size
             with open(open_seg, "ab") as fh:
                 fh.write(b"RGDL\x00\x00\x01")
-            await asyncio.to_thread(c.start, "d1", False)  # same id, same log dir, same port? no: new port
+            await asyncio.to_thread(c.start, "d1", False)  # same id and log dir, a new port
             notes["restarted"] = time.monotonic() - t0
             return await load
 
@@ -63,6 +65,15 @@ def test_killed_daemon_rejoins_without_burst(broker, tmp_path):
         assert abs(rejoined[0].admitted_between(17, 21) / 4 - 180) <= 18
     finally:
         c.stop_all()
-    # The log reopened past the torn tail: the restarted daemon appended after it.
+    # The log repaired its torn tail on reopen: every segment reads clean, and the log
+    # index runs on without a gap from the first incarnation into the second.
     segments = sorted((tmp_path / "logs" / "d1").glob("*.seg"))
-    assert segments, "no closed segments after restart"
+    frames = []
+    for seg in segments:
+        got, stats = read_segment(seg)
+        assert stats.corrupt_regions == 0 and stats.tail_bytes == 0, stats.problems
+        frames += got
+    indexes = [f.metadata.log_index for f in frames]
+    assert indexes == list(range(indexes[0], indexes[0] + len(indexes)))
+    incarnations = {UsageReport.FromString(f.payload).incarnation for f in frames if f.payload}
+    assert len(incarnations) == 2, "expected reports from both incarnations"
