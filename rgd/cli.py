@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -103,6 +104,10 @@ async def _serve(daemon: Any) -> int:
         logging.getLogger("rgd").error("startup failed: %s", exc)
         await daemon.stop()
         return 1
+    # Everything loaded so far (modules, the app, the clients) lives as long as the
+    # process: keep it out of the cyclic GC's full collections, which would otherwise
+    # rescan it all on the request path.
+    gc.freeze()
     await stop.wait()
     await daemon.stop()
     return 0
