@@ -39,6 +39,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from rgd.embedded_broker import free_port, process_alive
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 LUA = HERE / "wrk" / "post_body.lua"
@@ -124,24 +126,8 @@ class Result:
 
 # -- processes ---------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 def pinned(cmd: list[str], cpu: int | None) -> list[str]:
     return ["taskset", "-c", str(cpu), *cmd] if cpu is not None else cmd
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def kill_group(pgid: int, grace: float) -> None:
@@ -195,7 +181,7 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         for pgid in self.extra_groups:
-            if _pid_alive(pgid):
+            if process_alive(pgid):
                 kill_group(pgid, 5.0)
         self._log.close()
 

@@ -54,7 +54,8 @@ def _binary() -> str:
     return find_pulsar_lite_binary()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on loopback (for the broker, daemons, test servers)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
@@ -68,7 +69,8 @@ def _accepting(port: int) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (signal 0 probes without touching it)."""
     try:
         os.kill(pid, 0)
         return True
@@ -97,12 +99,12 @@ def start_or_join(data_dir: str | Path, port: int = 0, timeout: float = 15.0) ->
         if state.exists():
             try:
                 info = json.loads(state.read_text())
-                if _alive(int(info["pid"])) and _accepting(int(info["port"])):
+                if process_alive(int(info["pid"])) and _accepting(int(info["port"])):
                     log.info("joining embedded broker pid %s on port %s", info["pid"], info["port"])
                     return EmbeddedBroker(f"pulsar://{HOST}:{info['port']}", int(info["port"]), int(info["pid"]), False)
             except (ValueError, KeyError, OSError):
                 pass
-        port = port or _free_port()
+        port = port or free_port()
         logfile = open(root / "pulsar-lite.log", "ab")
         proc = subprocess.Popen(
             [_binary(), "--addr", f"{HOST}:{port}", "--db-path", str(root / "pulsar-lite.db"),

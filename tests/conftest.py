@@ -7,7 +7,6 @@ tests never hear each other even though they share the broker.
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
@@ -27,12 +26,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedBroker:
     b = start_or_join(tmp_path_factory.mktemp("broker"))
     yield b
     b.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from rgd.embedded_broker import free_port
 
 from test_deploy_dockerfile import (
     DOCKERIGNORE,
@@ -44,11 +45,6 @@ from test_deploy_dockerfile import (
 
 pytestmark = pytest.mark.timeout(900)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ImageRoot:
@@ -183,7 +179,7 @@ def test_daemon_image_recipe_installs_starts_and_stops(daemon_image: tuple[Docke
 
     image_env = df.env("daemon")
     env = image.env(image_env)
-    port = _free_port()
+    port = free_port()
     env["RGD_LISTEN"] = f"127.0.0.1:{port}"  # the image's 0.0.0.0, narrowed to loopback for a test
     env["RGD_ID"] = "node-test"
     env["RGD_CONFIG"] = str(image.path(config_path))
