@@ -160,7 +160,7 @@ def reduce_receipts(receiver: np.ndarray, publisher: np.ndarray, incarnation: np
     pi, pu = pd.factorize(publisher)
     ii, iu = pd.factorize(incarnation)
     ru, pu, iu = np.asarray(ru, np.int64), np.asarray(pu, np.int64), np.asarray(iu, np.int64)
-    nr_, np_, ni_ = max(ru.size, 1), max(pu.size, 1), max(iu.size, 1)
+    np_, ni_ = max(pu.size, 1), max(iu.size, 1)
     pair = (ri * np_ + pi).astype(np.int64)
     key = (pair * ni_ + ii).astype(np.int64)
     kcodes, kuniq = pd.factorize(key)  # dense keys present in this segment
