@@ -394,9 +394,6 @@ class Daemon:
                 self.usage_log.append_receipt(receipt.report, msg.data, time.time())
         return newcomers
 
-    def recompute(self) -> None:
-        self.node.recompute()
-
     # -- admin stats -----------------------------------------------------------------------
 
     def group_stats(self, group: ResourceGroup) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 KINDS = ("publish", "dispatch")
 
@@ -188,11 +188,3 @@ def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegis
     reg.validate_attachments()
     return reg
 
-
-def iter_limited(groups: Iterable[ResourceGroup]) -> Iterable[tuple[ResourceGroup, str]]:
-    """(group, kind) pairs that have at least one finite rate."""
-    for g in groups:
-        for kind in KINDS:
-            msgs, nbytes = g.rates(kind)
-            if msgs >= 0 or nbytes >= 0:
-                yield g, kind

@@ -90,15 +90,3 @@ async def run_streams(
 def constant(rate: float) -> RateFn:
     return lambda _t: rate
 
-
-def steps(points: list[tuple[float, float]]) -> RateFn:
-    """Piecewise-constant: [(from_second, rate), ...] sorted by time."""
-
-    def fn(t: float) -> float:
-        rate = 0.0
-        for start, r in points:
-            if t >= start:
-                rate = r
-        return rate
-
-    return fn

@@ -6,7 +6,8 @@ from typing import Mapping
 
 from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import Collected, KindState
-from rgd.quota.model import INF, IDLE, KindRates, PeerUsage
+from rgd.quota.model import INF, PeerUsage
+from rgd.usage_map import kind_rates
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage
 
 
@@ -68,13 +69,7 @@ def figures(gu: GroupUsage) -> tuple[float, ...]:
 
 def peer_usage(gu: GroupUsage, tick_s: float) -> PeerUsage:
     """What peers will fold from this entry: the same conversion as usage_map.kind_rates."""
-    from rgd.usage_map import kind_rates
-
     return PeerUsage(kind_rates(gu.publish, tick_s), kind_rates(gu.dispatch, tick_s))
-
-
-def idle_usage() -> PeerUsage:
-    return PeerUsage(IDLE, IDLE)
 
 
 def local_rates(gu: GroupUsage, kind: str, tick_s: float) -> tuple[float, float]:
@@ -82,4 +77,4 @@ def local_rates(gu: GroupUsage, kind: str, tick_s: float) -> tuple[float, float]
     return k.admitted_messages / tick_s, k.admitted_bytes / tick_s
 
 
-__all__ = ["group_entries", "figures", "peer_usage", "idle_usage", "local_rates", "KindRates"]
+__all__ = ["group_entries", "figures", "peer_usage", "local_rates"]

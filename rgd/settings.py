@@ -6,7 +6,6 @@ Kubernetes manifests test, so a setting cannot exist in one place only.
 
 from __future__ import annotations
 
-import os
 import socket
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping
@@ -189,7 +188,3 @@ def resolve(config_daemon: Mapping[str, Any], environ: Mapping[str, str], flags:
     s = merge(s, from_env(environ), "environment")
     s = merge(s, flags, "command line")
     return with_defaults(s)
-
-
-def current_environ() -> Mapping[str, str]:
-    return os.environ

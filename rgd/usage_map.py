@@ -15,7 +15,7 @@ the entry is older than `group_ttl` seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from rgd.quota.model import INF, KindRates, PeerUsage
 from rgd.wire.usage_report_pb2 import KindUsage, UsageReport
@@ -142,6 +142,3 @@ class UsageMap:
     def oldest_report_age(self, now: float) -> float:
         ages = [now - m.last_seen for m in self.members.values()]
         return max(ages) if ages else 0.0
-
-    def member_ids(self) -> Iterable[str]:
-        return self.members.keys()
