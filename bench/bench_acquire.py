@@ -28,6 +28,7 @@ import shlex
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -174,8 +175,16 @@ class Server:
             return ""
 
     def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM the group, SIGKILL it after `grace`. Waits on the child itself:
+        until it is reaped it is a zombie that still answers kill(0)."""
         if self.alive():
-            kill_group(self.proc.pid, grace)
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(grace)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                kill_group(self.proc.pid, 0.0)
         try:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:
@@ -542,7 +551,10 @@ class Run:
                 pids = server.cpu_pids() + (redis.cpu_pids() if kind == "limits" and redis else [])
                 urls[(kind, loop)] = (url, pids)
         for round_ in range(1, a.rounds + 1):
-            for case in cases:
+            # Odd rounds in list order, even rounds reversed (A B, then B A): a ratio's
+            # two cases stay next to each other and a drift in the machine's other load
+            # favours neither side over a pair of rounds.
+            for case in cases if round_ % 2 else cases[::-1]:
                 for loop in loops:
                     self.measure(case, loop, *urls[(case.server, loop)], round_)
 
@@ -559,22 +571,39 @@ def best_of_rounds(results: list[Result]) -> list[Result]:
     return list(best.values())
 
 
-def ratios(results: list[Result], loop: str, batch: int) -> dict[str, Any]:
-    by = {r.case: r for r in results if r.loop == loop}
+def paired(all_rounds: list[Result], loop: str, num: str, den: str, field_: str) -> list[float]:
+    """num/den of `field_` per round, each from the two cases measured side by side."""
+    by = {(r.case, r.round): r for r in all_rounds if r.loop == loop}
+    rounds = sorted({rnd for (case, rnd) in by if case == num})
+    return [getattr(by[(num, rnd)], field_) / getattr(by[(den, rnd)], field_)
+            for rnd in rounds if (den, rnd) in by and getattr(by[(den, rnd)], field_)]
+
+
+def ratios(best: list[Result], all_rounds: list[Result], loop: str, batch: int) -> dict[str, Any]:
+    """Each ratio of two cases is the median of its per-round ratios: the two cases
+    run back to back in every round, so each round's ratio sees one state of the
+    machine, and the median ignores a round that a neighbour's burst hit on one side
+    only. An absolute figure (decisions/s) is the best round's (other load only ever
+    slows a server down)."""
+    by = {r.case: r for r in best if r.loop == loop}
     out: dict[str, Any] = {}
 
     def put(key: str, num: str, den: str | None, field_: str, target: float | None = None) -> None:
         if num not in by or (den is not None and den not in by):
             return
-        value = getattr(by[num], field_)
-        if den is not None:
-            d = getattr(by[den], field_)
-            if not d:
-                out[key] = {"value": None, "target": target, "met": None if target is None else False}
-                return
-            value = value / d
+        per_round: list[float] = []
+        if den is None:
+            value: float | None = getattr(by[num], field_)
+        else:
+            per_round = paired(all_rounds, loop, num, den, field_)
+            value = statistics.median(per_round) if per_round else None
+        if value is None:
+            out[key] = {"value": None, "target": target, "met": None if target is None else False}
+            return
         out[key] = {"value": round(value, 3), "target": target,
                     "met": None if target is None else value >= target}
+        if len(per_round) > 1:
+            out[key]["per_round"] = [round(v, 3) for v in per_round]
 
     put("rgd_single_over_trivial_single_req", "rgd-single", "trivial-single", "req_per_s", SINGLE_TARGET)
     put(f"rgd_batch{batch}_decisions_per_s", f"rgd-batch{batch}", None, "decisions_per_s", BATCH_TARGET)
@@ -600,7 +629,8 @@ def print_report(results: list[Result], all_ratios: dict[str, dict[str, Any]], l
               f"{r.p99_ms:>8.2f} {r.non_2xx:>8} {r.socket_errors:>8} {r.server_cpu_pct:>8.0f} "
               f"{r.cpu_us_per_request:>10,.0f} {r.decisions_per_cpu_s:>10,.0f}")
     for loop in loops:
-        print(f"\n# ratios ({loop}, same run)")
+        print(f"\n# ratios ({loop}, same run" + (
+            f"; A/B ratios: median of the {rounds} per-round ratios, listed after it)" if rounds > 1 else ")"))
         if not all_ratios[loop]:
             print("  none: a ratio needs both of its cases in --cases")
         for key, v in all_ratios[loop].items():
@@ -612,7 +642,8 @@ def print_report(results: list[Result], all_ratios: dict[str, dict[str, Any]], l
                 fmt = f"{v['value']:,.0f}"
             else:
                 fmt = f"{v['value']:.2f}x"
-            print(f"  {key:<44} {fmt:>10}{verdict}")
+            spread = f"  per round: {', '.join(f'{x:.2f}' for x in v['per_round'])}" if "per_round" in v else ""
+            print(f"  {key:<44} {fmt:>10}{verdict}{spread}")
     if len(loops) == 2:
         print("\n# uvloop / asyncio (req/s, same run)")
         by = {(r.case, r.loop): r for r in results}
@@ -709,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
             if redis is not None:
                 redis.stop()
     best = best_of_rounds(run.results)
-    all_ratios = {loop: ratios(best, loop, a.batch) for loop in loops}
+    all_ratios = {loop: ratios(best, run.results, loop, a.batch) for loop in loops}
     print_report(best, all_ratios, loops, a.rounds)
     info["loadavg_end"] = os.getloadavg()
     print(f"\n# wall time {time.monotonic() - started:.0f}s; loadavg at end "

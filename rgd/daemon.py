@@ -64,6 +64,7 @@ class Daemon:
             lambda: self.config.effective.groups,
             HmacKeys.load(settings.report_hmac_keys_file) if settings.report_hmac_keys_file else None,
         )
+        self.limiter: Limiter = self.node.limiter  # the node's, for good: a plain attribute for the hot path
         self.admin_tokens = _load_tokens(settings.admin_tokens_file)
         self.last_local_rates: dict[tuple[str, str], tuple[float, float]] = {}
         self.inbox: asyncio.Queue[Received] = asyncio.Queue(MAX_INBOX)
@@ -77,10 +78,6 @@ class Daemon:
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
         self.metrics.attach(self)
-
-    @property
-    def limiter(self) -> Limiter:
-        return self.node.limiter
 
     @property
     def usage_map(self) -> UsageMap:

@@ -41,11 +41,16 @@ class TokenBucket:
         return self.rate * self.burst_seconds if self.rate != INF else INF
 
     def refill(self, now: float) -> None:
-        if self.rate == INF:
+        # Called twice per acquire: `capacity` and min() are spelled out (one
+        # attribute read and a compare instead of two calls).
+        rate = self.rate
+        if rate == INF:
             return
         elapsed = now - self.updated
         if elapsed > 0:
-            self.tokens = min(self.capacity, self.tokens + elapsed * self.rate)
+            tokens = self.tokens + elapsed * rate
+            cap = rate * self.burst_seconds
+            self.tokens = tokens if tokens < cap else cap
             self.updated = now
 
     def shortfall(self, n: float) -> float:

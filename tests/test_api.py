@@ -180,8 +180,27 @@ async def test_ops_routes_and_unknown_routes(make_daemon, http, config):
     assert "rgd_reports_published_total" in text and "rgd_quota_calculation_seconds_bucket" in text
     async with http.get(base_url(d) + "/nope") as r:
         assert r.status == 404 and "no route" in (await r.json())["error"]
+    async with http.put(base_url(d) + "/admin/v2/resourcegroups/gold/nope") as r:
+        assert r.status == 404 and (await r.json())["error"] == "no route for PUT /admin/v2/resourcegroups/gold/nope"
     async with http.delete(base_url(d) + "/v1/acquire") as r:
-        assert r.status == 405 and "error" in await r.json()
+        assert r.status == 405 and r.headers["Allow"] == "POST"
+        assert (await r.json())["error"] == "method DELETE not allowed on /v1/acquire"
+    async with http.patch(base_url(d) + "/admin/v2/resourcegroups/gold") as r:
+        assert r.status == 405 and r.headers["Allow"] == "DELETE,GET,HEAD,PUT" and "error" in await r.json()
+    too_big = b'{"requests": [' + b" " * (1024 * 1024) + b"]}"
+    async with http.post(base_url(d) + "/v1/acquire", data=too_big,
+                         headers={"Content-Type": "application/json"}) as r:
+        assert r.status == 413 and "too large" in (await r.json())["error"]
+
+
+async def test_single_ask_outside_the_fast_path(make_daemon, http, config):
+    """Counts written as 2.0 miss the one-pass check and take the full parser: same answer."""
+    d = await make_daemon(config=config)
+    status, doc, _ = await post(http, base_url(d) + "/v1/acquire",
+                                {"namespace": "acme/orders", "messages": 2.0, "bytes": 10.0})
+    assert status == 200 and doc["allowed"] and doc["remaining_messages"] == 8
+    status, doc, _ = await post(http, base_url(d) + "/v1/acquire", {"namespace": "acme/orders", "messages": 2.5})
+    assert status == 400 and doc["error"].startswith("messages:")
 
 
 async def test_publishes_heartbeat_reports(make_daemon, broker, topics, config):

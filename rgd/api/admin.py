@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from rgd.api.broker import DAEMON
-from rgd.api.errors import ApiError, bad_request, json_response
+from rgd.api.errors import ApiError, bad_request, json_errors, json_response
 from rgd.api.requests import parse_json
 from rgd.config_store import ConfigChange
 from rgd.groups import InvalidGroup, ResourceGroup, check_name, check_namespace
@@ -65,10 +65,12 @@ async def _submit(daemon: "Daemon", key: str, value: Any) -> web.Response:
     )
 
 
+@json_errors
 async def list_groups(request: web.Request) -> web.Response:
     return json_response(sorted(request.app[DAEMON].config.effective.groups))
 
 
+@json_errors
 async def get_group(request: web.Request) -> web.Response:
     name = _group_name(request)
     group = request.app[DAEMON].config.effective.groups.get(name)
@@ -77,6 +79,7 @@ async def get_group(request: web.Request) -> web.Response:
     return json_response(group.to_admin())
 
 
+@json_errors
 async def put_group(request: web.Request) -> web.Response:
     _authorize_write(request)
     daemon = request.app[DAEMON]
@@ -90,6 +93,7 @@ async def put_group(request: web.Request) -> web.Response:
     return await _submit(daemon, f"group/{name}", group.to_admin())
 
 
+@json_errors
 async def delete_group(request: web.Request) -> web.Response:
     _authorize_write(request)
     daemon = request.app[DAEMON]
@@ -103,6 +107,7 @@ async def delete_group(request: web.Request) -> web.Response:
     return await _submit(daemon, f"group/{name}", None)
 
 
+@json_errors
 async def group_stats(request: web.Request) -> web.Response:
     daemon = request.app[DAEMON]
     name = _group_name(request)
@@ -125,6 +130,7 @@ def _attachment(request: web.Request) -> tuple[str, str, dict[str, str]]:
         raise bad_request(str(exc)) from None
 
 
+@json_errors
 async def get_attachment(request: web.Request) -> web.Response:
     _, subject, table = _attachment(request)
     group = table.get(subject)
@@ -133,6 +139,7 @@ async def get_attachment(request: web.Request) -> web.Response:
     return json_response(group)
 
 
+@json_errors
 async def set_attachment(request: web.Request) -> web.Response:
     _authorize_write(request)
     daemon = request.app[DAEMON]
@@ -143,6 +150,7 @@ async def set_attachment(request: web.Request) -> web.Response:
     return await _submit(daemon, key, name)
 
 
+@json_errors
 async def delete_attachment(request: web.Request) -> web.Response:
     _authorize_write(request)
     key, subject, table = _attachment(request)

@@ -1,14 +1,21 @@
-"""Every error the API returns is JSON `{"error": "..."}` naming what is wrong."""
+"""Every error the API returns is JSON `{"error": "..."}` naming what is wrong.
+
+Two pieces instead of an aiohttp middleware: `json_errors`, a decorator on each
+route handler, and `no_route`, a catch-all route registered last for 404/405. A
+middleware would run on every request, together with the current-app wrapper
+aiohttp adds whenever an app has one: about 4 µs of a single acquire's ~20 µs
+handler budget (see bench/bench_acquire.py and issue 2's closing note).
+"""
 
 from __future__ import annotations
 
+import functools
 from typing import Awaitable, Callable
 
 import orjson
 from aiohttp import web
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -31,24 +38,60 @@ def error_response(status: int, message: str) -> web.Response:
     return json_response({"error": message}, status)
 
 
-@web.middleware
-async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn our ApiError and aiohttp's own HTTP errors (404, 405, 413) into JSON bodies."""
-    try:
-        return await handler(request)
-    except ApiError as exc:
+def http_error_response(request: web.Request, exc: web.HTTPException) -> web.Response:
+    """aiohttp's own HTTP errors (413 from reading a body, ...) as JSON."""
+    message = exc.reason
+    if exc.status == 413:
+        message = f"request body too large ({exc.text})"
+    response = error_response(exc.status, message)
+    if "Allow" in exc.headers:
+        response.headers["Allow"] = exc.headers["Allow"]
+    return response
+
+
+def as_json_error(request: web.Request, exc: Exception) -> web.Response:
+    """The JSON answer for an `ApiError` or an aiohttp HTTP error (re-raised below 400)."""
+    if isinstance(exc, ApiError):
         return error_response(exc.status, exc.message)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        message = exc.reason
-        if exc.status == 404:
-            message = f"no route for {request.method} {request.path}"
-        elif exc.status == 405:
-            message = f"method {request.method} not allowed on {request.path}"
-        elif exc.status == 413:
-            message = f"request body too large ({exc.text})"
-        response = error_response(exc.status, message)
-        if "Allow" in exc.headers:  # RFC 9110: a 405 lists what is allowed
-            response.headers["Allow"] = exc.headers["Allow"]
-        return response
+    if isinstance(exc, web.HTTPException) and exc.status >= 400:
+        return http_error_response(request, exc)
+    raise exc
+
+
+def json_errors(handler: Handler) -> Handler:
+    """Route decorator: `ApiError` and aiohttp's HTTP errors raised in `handler` become
+    JSON bodies. (/v1/acquire catches them itself, saving this frame.)"""
+
+    @functools.wraps(handler)
+    async def handle(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except (ApiError, web.HTTPException) as exc:
+            return as_json_error(request, exc)
+
+    return handle
+
+
+NO_ROUTE = "no-route"  # the catch-all's route name, so tools listing the API can skip it
+NO_ROUTE_PATH = "/{path:.*}"
+
+
+async def no_route(request: web.Request) -> web.Response:
+    """The catch-all: aiohttp's router tries it only after every other resource, so
+    reaching it means no route takes this method on this path. A 405 if another
+    resource matches the path (RFC 9110: with `Allow`), else a 404."""
+    own = request.match_info.route.resource
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource is not own:
+            _, methods = await resource.resolve(request)
+            allowed |= methods
+    if allowed:
+        return json_response({"error": f"method {request.method} not allowed on {request.path}"}, 405,
+                             {"Allow": ",".join(sorted(allowed))})
+    return error_response(404, f"no route for {request.method} {request.path}")
+
+
+def add_fallback_route(app: web.Application) -> None:
+    """Register last: the catch-all must not shadow a real route."""
+    app.router.add_route("*", NO_ROUTE_PATH, no_route, name=NO_ROUTE)

@@ -8,29 +8,33 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from rgd.api.broker import DAEMON
-from rgd.api.errors import json_response
+from rgd.api.errors import json_errors, json_response
 
 
 def openapi_bytes() -> bytes:
     return resources.files("rgd").joinpath("openapi.json").read_bytes()
 
 
+@json_errors
 async def metrics(request: web.Request) -> web.Response:
     body = request.app[DAEMON].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+@json_errors
 async def healthz(request: web.Request) -> web.Response:
     """Alive: the event loop answers. Restarting would not fix a broker outage, so
     liveness does not depend on it (readiness does)."""
     return json_response({"status": "ok"})
 
 
+@json_errors
 async def readyz(request: web.Request) -> web.Response:
     ready, detail = request.app[DAEMON].readiness()
     return json_response({"ready": ready, **detail}, 200 if ready else 503)
 
 
+@json_errors
 async def openapi(request: web.Request) -> web.Response:
     return web.Response(body=openapi_bytes(), content_type="application/json")
 

@@ -1,14 +1,18 @@
 """Parsing and validating broker request bodies.
 
-Hand-written rather than a schema library on purpose: this runs once per
-decision on the hot path (up to 1000 per batch request), and plain `type(x) is`
-checks cost well under a microsecond while still naming the bad field.
+Two parsers with one meaning. `msgspec` decodes the well-formed bodies, which is
+nearly all of them, against the `Ask`/`Batch` schema below in one C pass (types,
+ranges, unknown fields); that is about 3x cheaper than JSON plus Python checks
+and a visible share of a single acquire's cost. Anything it refuses goes to the
+hand-written parser, which also accepts 2.0 for 2 and names the bad field in its
+error. tests/test_api_parsing.py holds the two to the same answers.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Literal
 
+import msgspec
 import orjson
 
 from rgd.api.errors import bad_request
@@ -19,14 +23,54 @@ MAX_BYTES = 1 << 40  # 1 TiB per request
 ITEM_FIELDS = frozenset(("namespace", "kind", "messages", "bytes", "topic"))
 KINDS = ("publish", "dispatch")
 MAX_NAME = 256
+MAX_TOPIC = 1024
 
 
-class Ask(NamedTuple):
-    namespace: str
-    kind: str
-    messages: int
-    nbytes: int
-    topic: str | None
+class Ask(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """One ask: the schema of a single request body and of each batch item."""
+
+    namespace: Annotated[str, msgspec.Meta(max_length=MAX_NAME)]  # + one '/' inside: namespace_ok
+    kind: Literal["publish", "dispatch"] = "publish"
+    messages: Annotated[int, msgspec.Meta(ge=0, le=MAX_MESSAGES)] = 1
+    nbytes: Annotated[int, msgspec.Meta(ge=0, le=MAX_BYTES)] = msgspec.field(default=0, name="bytes")
+    topic: Annotated[str, msgspec.Meta(max_length=MAX_TOPIC)] | None = None
+
+
+class Batch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    requests: Annotated[list[Ask], msgspec.Meta(max_length=MAX_BATCH)]
+
+
+_decode_ask = msgspec.json.Decoder(Ask).decode
+_decode_batch = msgspec.json.Decoder(Batch).decode
+_Refused = msgspec.MsgspecError
+
+
+def namespace_ok(ns: str) -> bool:
+    """'tenant/namespace': one '/', not at either end. (Checked in Python: msgspec's
+    `pattern` runs Python's regex engine and costs more than these three tests.)"""
+    return ns.count("/") == 1 and ns[0] != "/" and ns[-1] != "/"
+
+
+def decode_well_formed(body: bytes) -> tuple[list[Ask], bool] | None:
+    """msgspec's pass: (asks, is_batch) for a well-formed body, else None."""
+    try:
+        ask = _decode_ask(body)
+        if namespace_ok(ask.namespace):
+            return [ask], False
+    except _Refused:  # a batch, or a body the full parser must word the error for
+        try:
+            asks = _decode_batch(body).requests
+            if all(namespace_ok(a.namespace) for a in asks):
+                return asks, True
+        except _Refused:
+            pass
+    return None
+
+
+def parse_body(body: bytes) -> tuple[list[Ask], bool]:
+    """A single ask or `{"requests": [...]}` -> (asks, is_batch); raises ApiError
+    naming the problem."""
+    return decode_well_formed(body) or parse_asks(parse_json(body))
 
 
 def parse_json(body: bytes) -> Any:
@@ -57,13 +101,13 @@ def parse_ask(doc: Any, where: str = "") -> Ask:
         unknown = sorted(doc.keys() - ITEM_FIELDS)[0]
         raise bad_request(f"{where}{unknown}: unknown field (expected {', '.join(sorted(ITEM_FIELDS))})"[:300])
     ns = doc.get("namespace")
-    if type(ns) is not str or len(ns) > MAX_NAME or ns.count("/") != 1 or ns[0] == "/" or ns[-1] == "/":
+    if type(ns) is not str or len(ns) > MAX_NAME or not namespace_ok(ns):
         raise bad_request(f"{where}namespace: expected 'tenant/namespace', got {ns!r}"[:300])
     kind = doc.get("kind", "publish")
     if kind not in KINDS:
         raise bad_request(f"{where}kind: expected 'publish' or 'dispatch', got {kind!r}"[:300])
     topic = doc.get("topic")
-    if topic is not None and (type(topic) is not str or len(topic) > 1024):
+    if topic is not None and (type(topic) is not str or len(topic) > MAX_TOPIC):
         raise bad_request(f"{where}topic: expected a topic name string")
     return Ask(
         ns,
@@ -85,39 +129,5 @@ def parse_asks(doc: Any) -> tuple[list[Ask], bool]:
             raise bad_request("requests: expected an array of requests")
         if len(items) > MAX_BATCH:
             raise bad_request(f"requests: {len(items)} items, at most {MAX_BATCH} per batch")
-        asks = []
-        append = asks.append
-        for item in items:
-            ask = _well_formed(item)
-            if ask is None:  # let the full parser name the problem (or accept 2.0 as 2)
-                ask = parse_ask(item, f"requests[{len(asks)}].")
-            append(ask)
-        return asks, True
-    return [_well_formed(doc) or parse_ask(doc)], False
-
-
-_new_ask = tuple.__new__
-
-
-def _well_formed(doc: Any) -> Ask | None:
-    """The common case in one pass: the same checks as `parse_ask` for a body with
-    integer counts, returning the same Ask; None for anything else, which then
-    goes through `parse_ask` for the exact error message. Saves the per-item
-    f-string, two calls and the NamedTuple constructor frame (batch hot path)."""
-    if type(doc) is not dict or not doc.keys() <= ITEM_FIELDS:
-        return None
-    get = doc.get
-    ns = get("namespace")
-    kind = get("kind", "publish")
-    topic = get("topic")
-    messages = get("messages", 1)
-    nbytes = get("bytes", 0)
-    if (
-        type(ns) is str and len(ns) <= MAX_NAME and ns.count("/") == 1 and ns[0] != "/" and ns[-1] != "/"
-        and (kind == "publish" or kind == "dispatch")
-        and (topic is None or (type(topic) is str and len(topic) <= 1024))
-        and type(messages) is int and 0 <= messages <= MAX_MESSAGES
-        and type(nbytes) is int and 0 <= nbytes <= MAX_BYTES
-    ):
-        return _new_ask(Ask, (ns, kind, messages, nbytes, topic))
-    return None
+        return [parse_ask(item, f"requests[{i}].") for i, item in enumerate(items)], True
+    return [parse_ask(doc)], False
