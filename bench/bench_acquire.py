@@ -14,6 +14,11 @@ case: --warmup seconds of load that is thrown away, a sanity check of the
 answer, then --duration measured seconds. Everything listens on 127.0.0.1 and
 every server is stopped at the end, on error too.
 
+Noise: on a shared 2-core VM two back-to-back runs of the same server can differ
+by +-15 %. So a ratio of two cases is the median of per-round ratios (rounds run
+A B, B A, ...), and a co-run stage (--corun-rounds) runs trivial-single and
+rgd-single at the same time on the same core, where any slowdown hits both.
+
     python bench/bench_acquire.py [--duration 10] [--loop asyncio|uvloop|both] [--out results.json]
 """
 
@@ -32,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -486,7 +492,7 @@ def machine_info(generator: str) -> dict[str, Any]:
         "loadavg_start": os.getloadavg(),
         "wrk": _version(["wrk", "-v"]).split(" Copyright")[0] if generator == "wrk" else "not used",
         "redis_server": _version(["redis-server", "--version"]),
-        "aiohttp": _pkg("aiohttp"), "orjson": _pkg("orjson"), "limits": _pkg("limits"),
+        "aiohttp": _pkg("aiohttp"), "orjson": _pkg("orjson"), "msgspec": _pkg("msgspec"), "limits": _pkg("limits"),
         "coredis": _pkg("coredis"), "uvloop": _pkg("uvloop"),
     }
 
@@ -517,6 +523,7 @@ class Run:
     generator: str
     results: list[Result] = field(default_factory=list)
     servers: list[Server] = field(default_factory=list)
+    corun: list[dict[str, Any]] = field(default_factory=list)
 
     def measure(self, case: Case, loop: str, url: str, pids: list[int], round_: int) -> None:
         a = self.args
@@ -557,6 +564,58 @@ class Run:
             for case in cases if round_ % 2 else cases[::-1]:
                 for loop in loops:
                     self.measure(case, loop, *urls[(case.server, loop)], round_)
+        names = {c.name for c in cases}
+        if a.corun_rounds and {"trivial-single", "rgd-single"} <= names:
+            for loop in loops:
+                self.co_run(loop, urls[("trivial", loop)], urls[("rgd", loop)])
+
+    def co_run(self, loop: str, trivial: tuple[str, list[int]], rgd: tuple[str, list[int]]) -> None:
+        """trivial-single and rgd-single at the same time on the same server CPU, each
+        under its own load generator. The scheduler shares the core between them, so
+        whatever else slows the machine down (a neighbour VM, frequency, steal)
+        slows both alike: the ratio of their decisions per CPU-second is the
+        single-ask ratio with the noise cancelled, where back-to-back runs can
+        still differ by +-15 % on a shared 2-core machine."""
+        a = self.args
+        body_file = self.work / "body-corun.json"
+        payload = body(0, BENCH_TENANT)
+        body_file.write_bytes(payload)
+        single = Case("trivial-single", "trivial", 0, BENCH_TENANT)
+        for (url, _), case in ((trivial, single), (rgd, Case("rgd-single", "rgd", 0, BENCH_TENANT))):
+            sanity_check(case, url, payload)
+        for round_ in range(1, a.corun_rounds + 1):
+            summaries: dict[str, dict[str, Any]] = {}
+            errors: list[BaseException] = []
+
+            def load(name: str, url: str) -> None:
+                try:
+                    summaries[name] = self.generate(url, body_file, a.corun_duration, a.connections, a.threads,
+                                                    a.client_cpu)
+                except BaseException as exc:  # re-raised below, in the main thread
+                    errors.append(exc)
+
+            cpu0 = {"trivial": cpu_seconds(trivial[1]), "rgd": cpu_seconds(rgd[1])}
+            threads = [threading.Thread(target=load, args=(name, url))
+                       for name, url in (("trivial", trivial[0]), ("rgd", rgd[0]))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+            cpu = {"trivial": cpu_seconds(trivial[1]) - cpu0["trivial"], "rgd": cpu_seconds(rgd[1]) - cpu0["rgd"]}
+            per_cpu = {k: summaries[k]["requests"] / cpu[k] if cpu[k] else 0.0 for k in cpu}
+            row = {
+                "round": round_, "loop": loop,
+                "trivial_req_per_s": round(summaries["trivial"]["requests"] / a.corun_duration, 1),
+                "rgd_req_per_s": round(summaries["rgd"]["requests"] / a.corun_duration, 1),
+                "trivial_cpu_s": round(cpu["trivial"], 3), "rgd_cpu_s": round(cpu["rgd"], 3),
+                "ratio_per_cpu_s": round(per_cpu["rgd"] / per_cpu["trivial"], 3) if per_cpu["trivial"] else None,
+            }
+            self.corun.append(row)
+            print(f"  co-run {round_}: trivial {row['trivial_req_per_s']:>8,.0f} req/s ({row['trivial_cpu_s']:.2f} CPU-s)"
+                  f"  rgd {row['rgd_req_per_s']:>8,.0f} req/s ({row['rgd_cpu_s']:.2f} CPU-s)"
+                  f"  rgd/trivial per CPU-s {row['ratio_per_cpu_s']}", flush=True)
 
 
 def best_of_rounds(results: list[Result]) -> list[Result]:
@@ -660,6 +719,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="wrk threads (default 1: wrk has one core)")
     p.add_argument("--rounds", type=int, default=1,
                    help="run the whole case list this many times and report each case's best round (default 1)")
+    p.add_argument("--corun-rounds", type=int, default=3,
+                   help="after the cases, run trivial-single and rgd-single together on the server CPU this "
+                        "many times (0: skip); their per-CPU-second ratio cancels machine noise (default 3)")
+    p.add_argument("--corun-duration", type=int, default=5, help="seconds per co-run round (default 5)")
     p.add_argument("--batch", type=int, default=100, help="asks per batch request (default 100)")
     p.add_argument("--loop", choices=["asyncio", "uvloop", "both"], default="uvloop",
                    help="event loop of every server (default uvloop, as rgd ships: event_loop auto)")
@@ -679,6 +742,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--connections must be 1..1000 and --threads 1..connections")
     if not 1 <= a.rounds <= 10:
         p.error("--rounds must be 1..10")
+    if not 0 <= a.corun_rounds <= 10 or not 1 <= a.corun_duration <= 60:
+        p.error("--corun-rounds must be 0..10 and --corun-duration 1..60")
     if not 1 <= a.batch <= 1000:
         p.error("--batch must be 1..1000 (rgd's batch limit)")
     return a
@@ -715,6 +780,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{info['platform']} loadavg={info['loadavg_start'][0]:.2f},{info['loadavg_start'][1]:.2f}")
     print(f"# tools: {info['wrk'] if generator == 'wrk' else 'python load generator (fallback)'}; "
           f"{info['redis_server'].split(' sha=')[0]}; aiohttp {info['aiohttp']}, orjson {info['orjson']}, "
+          f"msgspec {info['msgspec']}, "
           f"limits {info['limits']} (coredis {info['coredis']}), uvloop {info['uvloop']}")
     print(f"# load: {generator} {a.threads} thread(s), {a.connections} connections, {a.warmup}s warm-up + "
           f"{a.duration}s per case, {a.rounds} round(s), batch={a.batch}; servers (and redis-server) on CPU {a.server_cpu}, "
@@ -741,6 +807,13 @@ def main(argv: list[str] | None = None) -> int:
                 redis.stop()
     best = best_of_rounds(run.results)
     all_ratios = {loop: ratios(best, run.results, loop, a.batch) for loop in loops}
+    for loop in loops:
+        per_round = [r["ratio_per_cpu_s"] for r in run.corun if r["loop"] == loop and r["ratio_per_cpu_s"]]
+        if per_round:
+            value = statistics.median(per_round)
+            all_ratios[loop]["rgd_single_over_trivial_corun_per_cpu_s"] = {
+                "value": round(value, 3), "target": SINGLE_TARGET, "met": value >= SINGLE_TARGET,
+                "per_round": per_round}
     print_report(best, all_ratios, loops, a.rounds)
     info["loadavg_end"] = os.getloadavg()
     print(f"\n# wall time {time.monotonic() - started:.0f}s; loadavg at end "
@@ -749,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"command": command, "machine": info,
                "settings": {k: v for k, v in vars(a).items() if k not in ("list",)},
                "results": [asdict(r) for r in best], "all_rounds": [asdict(r) for r in run.results],
-               "ratios": all_ratios}
+               "corun": run.corun, "ratios": all_ratios}
         Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
         print(f"# JSON written to {a.out}")
     missed = [k for rs in all_ratios.values() for k, v in rs.items() if v["met"] is False]

@@ -1,6 +1,7 @@
 """Baseline (a): the cheapest aiohttp handler that does rgd's I/O.
 
-It reads the body, parses it with orjson (the parser rgd uses) and answers a
+It reads the body, parses it with orjson (schema-free: rgd decodes with msgspec
+against its schema, and orjson on its error path) and answers a
 JSON document of the same shape and size as rgd's (per ask: allowed, group,
 remaining messages and bytes), with no validation and no rate limiting.
 rgd's single-ask throughput is held to >= 80 % of this.

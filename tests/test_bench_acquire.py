@@ -4,6 +4,7 @@ be positive and agree with each other (decisions = requests x batch)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -44,11 +45,13 @@ def test_full_benchmark_tiny_mode(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     # 4 connections: limits+Redis answers a batch of 100 in tens of ms, so every case
     # completes requests inside a 1 s window.
-    proc = _run("--duration", "1", "--warmup", "0", "--connections", "4", "--out", str(out))
+    proc = _run("--duration", "1", "--warmup", "0", "--connections", "4", "--corun-rounds", "1",
+                "--corun-duration", "1", "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     stdout = proc.stdout
     assert stdout.startswith("# command: python ")
     assert "--duration 1 --warmup 0 --connections 4" in stdout.splitlines()[0]
+    assert re.search(r"^  co-run 1: trivial +[\d,]+ req/s .* rgd/trivial per CPU-s [\d.]+$", stdout, re.M)
     assert re.search(r"^# machine: nproc=\d+ .*python=3\.", stdout, re.M)
     assert re.search(r"^# redis-server ran [\d,]+ commands for the limits server$", stdout, re.M)
 
@@ -65,12 +68,15 @@ def test_full_benchmark_tiny_mode(tmp_path: Path) -> None:
         else:
             assert non2xx == 0, name
 
-    for label in ("rgd_single_over_trivial_single_req", "rgd_batch100_decisions_per_s",
+    for label in ("rgd_single_over_trivial_single_req", "rgd_single_over_trivial_corun_per_cpu_s",
+                  "rgd_batch100_decisions_per_s",
                   "rgd_single_over_limits_single_req", "rgd_batch100_over_limits_batch100_decisions"):
         assert re.search(rf"^  {label}\s+[\d,.]+x?(\s|$)", stdout, re.M), label
 
     doc = json.loads(out.read_text())
-    assert doc["command"].endswith("--duration 1 --warmup 0 --connections 4 --out " + str(out))
+    assert doc["command"].endswith("--corun-duration 1 --out " + str(out))
+    (corun,) = doc["corun"]
+    assert corun["trivial_cpu_s"] > 0 and corun["rgd_cpu_s"] > 0 and corun["ratio_per_cpu_s"] > 0
     assert doc["machine"]["nproc"] >= 1 and doc["machine"]["python"].startswith("3.")
     by = {r["case"]: r for r in doc["results"]}
     assert by["rgd-batch100"]["decisions_per_s"] == pytest.approx(by["rgd-batch100"]["req_per_s"] * 100, rel=1e-3)
@@ -86,10 +92,10 @@ def test_python_fallback_generator_against_trivial_server() -> None:
                 "--cases", "trivial-single,trivial-batch100", timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "python load generator" in proc.stdout
-    # two rounds ran, interleaved, and the table keeps each case's best
+    # two rounds ran, the second in reverse order (A B, B A), and the table keeps each case's best
     order = re.findall(r"^  (\d): (\S+) ", proc.stdout, re.M)
-    assert order == [("1", "trivial-single"), ("1", "trivial-batch100"), ("2", "trivial-single"),
-                     ("2", "trivial-batch100")]
+    assert order == [("1", "trivial-single"), ("1", "trivial-batch100"), ("2", "trivial-batch100"),
+                     ("2", "trivial-single")]
     assert "# results (best of 2 rounds per case)" in proc.stdout
     best = max(int(m.replace(",", "")) for m in re.findall(r"^  \d: trivial-single\s+uvloop\s+([\d,]+) req/s",
                                                             proc.stdout, re.M))
@@ -103,3 +109,31 @@ def test_python_fallback_generator_against_trivial_server() -> None:
 def test_unknown_case_is_refused() -> None:
     proc = _run("--cases", "rgd-single,nope", timeout=60)
     assert proc.returncode != 0 and "unknown nope" in proc.stderr
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_acquire", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_acquire", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_ratio_is_the_median_of_per_round_ratios() -> None:
+    """Pure: rounds pair the two cases; one round a neighbour hit on one side only
+    moves the median less than it moves a best-of-rounds ratio."""
+    bench = _bench_module()
+
+    def result(case: str, rnd: int, rps: float):
+        return bench.Result(case=case, server=case.split("-")[0], loop="uvloop", batch=0, requests=int(rps),
+                            seconds=1.0, req_per_s=rps, decisions_per_s=rps, p50_ms=1, p90_ms=1, p99_ms=1,
+                            max_ms=1, non_2xx=0, socket_errors=0, generator="wrk", round=rnd,
+                            decisions_per_cpu_s=rps)
+
+    rounds = [(1000, 900), (1000, 880), (1400, 910)]  # round 3: trivial alone got a quiet core
+    results = [r for i, (t, g) in enumerate(rounds, 1) for r in (result("trivial-single", i, t),
+                                                                  result("rgd-single", i, g))]
+    out = bench.ratios(bench.best_of_rounds(results), results, "uvloop", 100)
+    ratio = out["rgd_single_over_trivial_single_req"]
+    assert ratio["per_round"] == [0.9, 0.88, 0.65] and ratio["value"] == 0.88 and ratio["met"] is True
+    assert 910 / 1400 < 0.8  # what best-of-rounds on each side would have said

@@ -46,7 +46,7 @@ def _decision_doc(group: str, d: Decision) -> dict[str, Any]:
 
 
 def _retry_ms(seconds: float) -> int:
-    if seconds == math.inf:
+    if seconds == _INF:
         return 2**31 - 1  # a zero rate: ask again after a config change, not soon
     return max(1, math.ceil(seconds * 1000))
 
