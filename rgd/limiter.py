@@ -140,16 +140,10 @@ class Limiter:
         # (a batch of 100 asks shares one `now`, so only the first ask refills): the
         # same state changes and results as calling them, in fewer Python calls.
         # tests/test_limiter.py checks this against the plain TokenBucket methods.
-        if now > mb.updated and mb.rate != INF:  # mb.refill(now)
-            tokens = mb.tokens + (now - mb.updated) * mb.rate
-            cap = mb.rate * mb.burst_seconds
-            mb.tokens = tokens if tokens < cap else cap
-            mb.updated = now
-        if now > bb.updated and bb.rate != INF:  # bb.refill(now)
-            tokens = bb.tokens + (now - bb.updated) * bb.rate
-            cap = bb.rate * bb.burst_seconds
-            bb.tokens = tokens if tokens < cap else cap
-            bb.updated = now
+        if now > mb.updated:
+            mb.refill(now)
+        if now > bb.updated:
+            bb.refill(now)
         short_m = 0.0 if messages <= mb.tokens and mb.rate > 0 else mb.shortfall(messages)
         short_b = 0.0 if nbytes <= bb.tokens and bb.rate > 0 else bb.shortfall(nbytes)
         tick = st.tick

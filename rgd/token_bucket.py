@@ -41,8 +41,8 @@ class TokenBucket:
         return self.rate * self.burst_seconds if self.rate != INF else INF
 
     def refill(self, now: float) -> None:
-        # Called twice per acquire: `capacity` and min() are spelled out (one
-        # attribute read and a compare instead of two calls).
+        # On the acquire hot path (twice per single ask): `capacity` and min() are
+        # spelled out, one attribute read and a compare instead of two calls.
         rate = self.rate
         if rate == INF:
             return

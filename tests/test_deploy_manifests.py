@@ -473,7 +473,6 @@ def test_dashboard_queries_only_metrics_the_daemon_exposes(tmp_path: Path) -> No
 
 
 def test_dashboard_log_lag_panels_match_the_usage_log(tmp_path: Path) -> None:
-    pytest.importorskip("rgd.usage_log", reason="rgd.usage_log is not in the tree yet")
     series, _ = _exposed(tmp_path, with_usage_log=True)
     lag = {n for n in _dashboard_series() if LOG_LAG.match(n)}
     assert lag and lag <= series, sorted(lag - series)

@@ -263,8 +263,7 @@ def _render_helper():
 def test_html_renders_in_headless_chromium(report: dict) -> None:
     helper = _render_helper()
     exe = helper.find_chromium()
-    if exe is None:
-        pytest.skip("chromium is not installed (apt-get install chromium); the lead's CI installs it")
+    assert exe is not None, "chromium is not installed: run scripts/system-deps.sh (README command 2 does)"
     result = helper.render(exe, report["out"] / "report.html", report["root"] / "shot.png")
     assert result["svg"] >= 4 and result["polylines"] >= 6 and result["paths"] >= 1, result
     assert result["size_ratio"] > 3, result

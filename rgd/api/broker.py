@@ -18,6 +18,7 @@ from rgd.api.errors import ApiError, as_json_error, bad_request, json_errors, js
 from rgd.api.requests import Ask, parse_body
 from rgd.groups import KINDS
 from rgd.limiter import Decision, full_quota
+from rgd.token_bucket import INF
 
 if TYPE_CHECKING:
     from rgd.daemon import Daemon
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 DAEMON: web.AppKey["Daemon"] = web.AppKey("daemon")
 
 _UNLIMITED = {"allowed": True, "group": None, "unlimited": True}
-_INF = math.inf
 
 
 def _decision_doc(group: str, d: Decision) -> dict[str, Any]:
@@ -34,8 +34,8 @@ def _decision_doc(group: str, d: Decision) -> dict[str, Any]:
         return {
             "allowed": True,
             "group": group,
-            "remaining_messages": None if rm == _INF else int(rm),  # None: unlimited
-            "remaining_bytes": None if rb == _INF else int(rb),
+            "remaining_messages": None if rm == INF else int(rm),  # None: unlimited
+            "remaining_bytes": None if rb == INF else int(rb),
         }
     return {
         "allowed": False,
@@ -46,7 +46,7 @@ def _decision_doc(group: str, d: Decision) -> dict[str, Any]:
 
 
 def _retry_ms(seconds: float) -> int:
-    if seconds == _INF:
+    if seconds == INF:
         return 2**31 - 1  # a zero rate: ask again after a config change, not soon
     return max(1, math.ceil(seconds * 1000))
 

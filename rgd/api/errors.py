@@ -17,6 +17,7 @@ from aiohttp import web
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -38,7 +39,7 @@ def error_response(status: int, message: str) -> web.Response:
     return json_response({"error": message}, status)
 
 
-def http_error_response(request: web.Request, exc: web.HTTPException) -> web.Response:
+def http_error_response(exc: web.HTTPException) -> web.Response:
     """aiohttp's own HTTP errors (413 from reading a body, ...) as JSON."""
     message = exc.reason
     if exc.status == 413:
@@ -54,7 +55,7 @@ def as_json_error(request: web.Request, exc: Exception) -> web.Response:
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.message)
     if isinstance(exc, web.HTTPException) and exc.status >= 400:
-        return http_error_response(request, exc)
+        return http_error_response(exc)
     raise exc
 
 

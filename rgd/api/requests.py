@@ -16,12 +16,11 @@ import msgspec
 import orjson
 
 from rgd.api.errors import bad_request
+from rgd.groups import KINDS
 
 MAX_BATCH = 1000
 MAX_MESSAGES = 10_000_000  # per request; more is a client bug, not traffic
 MAX_BYTES = 1 << 40  # 1 TiB per request
-ITEM_FIELDS = frozenset(("namespace", "kind", "messages", "bytes", "topic"))
-KINDS = ("publish", "dispatch")
 MAX_NAME = 256
 MAX_TOPIC = 1024
 
@@ -30,10 +29,13 @@ class Ask(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """One ask: the schema of a single request body and of each batch item."""
 
     namespace: Annotated[str, msgspec.Meta(max_length=MAX_NAME)]  # + one '/' inside: namespace_ok
-    kind: Literal["publish", "dispatch"] = "publish"
+    kind: Literal[KINDS] = "publish"  # type: ignore[valid-type]
     messages: Annotated[int, msgspec.Meta(ge=0, le=MAX_MESSAGES)] = 1
     nbytes: Annotated[int, msgspec.Meta(ge=0, le=MAX_BYTES)] = msgspec.field(default=0, name="bytes")
     topic: Annotated[str, msgspec.Meta(max_length=MAX_TOPIC)] | None = None
+
+
+ITEM_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(Ask))  # JSON names: "bytes"
 
 
 class Batch(msgspec.Struct, forbid_unknown_fields=True, gc=False):

@@ -140,6 +140,16 @@ def read_u64le(buf, p):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
+def read_length_delimited(buf, p, end):  # pragma: no cover - compiled
+    """(start, length) of the length-delimited value at `p`; start -1 when malformed
+    or running past `end`: the one bounds check every wire-type-2 field goes through."""
+    ln, q = read_varint(buf, p, end)
+    if q < 0 or ln < 0 or q + ln > end:
+        return -1, 0
+    return q, ln
+
+
+@njit(cache=True, nogil=True)
 def skip_field(buf, p, end, wt):  # pragma: no cover - compiled
     """Offset after a field's value of wire type `wt`; -1 when malformed."""
     if wt == 0:
@@ -148,10 +158,8 @@ def skip_field(buf, p, end, wt):  # pragma: no cover - compiled
     if wt == 1:
         return p + 8 if p + 8 <= end else -1
     if wt == 2:
-        ln, q = read_varint(buf, p, end)
-        if q < 0 or ln < 0 or q + ln > end:
-            return -1
-        return q + ln
+        q, ln = read_length_delimited(buf, p, end)
+        return q + ln if q >= 0 else -1
     if wt == 5:
         return p + 4 if p + 4 <= end else -1
     return -1
@@ -189,8 +197,8 @@ def decode_metadata(buf, p, end, F, i):  # pragma: no cover - compiled
             else:
                 F[F_KEPT, i] = 1 if v != 0 else 0
         elif wt == 2 and (fn == 3 or fn == 6):
-            ln, q = read_varint(buf, p, end)
-            if q < 0 or ln < 0 or q + ln > end:
+            q, ln = read_length_delimited(buf, p, end)
+            if q < 0:
                 return False
             if fn == 3:
                 F[F_DOFF, i] = q
@@ -349,8 +357,8 @@ def decode_group(buf, p, end, gmeta, counts, lims, row):  # pragma: no cover - c
         fn = tag >> 3
         wt = tag & 7
         if wt == 2 and (fn == 1 or fn == 4 or fn == 5):
-            ln, q = read_varint(buf, p, end)
-            if q < 0 or ln < 0 or q + ln > end:
+            q, ln = read_length_delimited(buf, p, end)
+            if q < 0:
                 return False
             if fn == 1:
                 gmeta[row, G_NOFF] = q
@@ -408,8 +416,8 @@ def decode_reports(buf, pay_off, pay_len, gcap):  # pragma: no cover - compiled
                 else:
                     R[r, R_INC] = v
             elif wt == 2 and (fn == 1 or fn == 6):
-                ln, q = read_varint(buf, p, end)
-                if q < 0 or ln < 0 or q + ln > end:
+                q, ln = read_length_delimited(buf, p, end)
+                if q < 0:
                     ok = False
                     break
                 if fn == 1:
