@@ -19,7 +19,8 @@ from rgd.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolv
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
-        help_text = f"{HELP.get(f.name, '')} [env {env_name(f.name)}; default: {f.default!r}]"
+        # argparse %-formats help strings (for %(default)s): a literal % must be doubled.
+        help_text = f"{HELP.get(f.name, '')} [env {env_name(f.name)}; default: {f.default!r}]".replace("%", "%%")
         if isinstance(f.default, bool):
             p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
@@ -45,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--quota", type=float, default=300, help="publishRateInMsgs of the demo groups (default 300)")
     up.add_argument("--groups", type=int, default=2, help="demo resource groups (default 2)")
     up.add_argument("--tick", type=float, default=1.0, help="tick seconds (default 1)")
-    up.add_argument("--workdir", default="rgd-data/up", help="where logs, broker data and the report go")
+    up.add_argument("--workdir", default="rgd-data/up",
+                    help="each run writes its logs, broker data and report to WORKDIR/<UTC time>/; "
+                         "WORKDIR/latest points at the newest (default rgd-data/up)")
     up.add_argument("--no-report", action="store_true", help="skip the Spark fairness report at the end")
     up.add_argument("--base-port", type=int, default=0, help="first daemon HTTP port (default: any free port)")
     up.add_argument("--strategy", default="rgd", help="quota strategy of the daemons (default rgd)")
@@ -135,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=getattr(logging, ns.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pulsar").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per closed Spark connection
     return {"run": cmd_run, "up": cmd_up, "report": cmd_report}[ns.command](ns)
 
 
