@@ -94,15 +94,16 @@ class Daemon:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Bind the HTTP port first (a taken port fails before anything else starts), then
+        the embedded broker if any. A failed start releases whatever it had started."""
+        try:
+            await self._start()
+        except BaseException:
+            await self._release()
+            raise
+
+    async def _start(self) -> None:
         s = self.settings
-        if not self.pulsar_url:
-            host = s.host_port[0]
-            if host not in ("127.0.0.1", "localhost", "::1"):
-                log.warning("listening on %s with the embedded broker: this daemon hears no peer on "
-                            "another machine, so a multi-node cluster would admit N x the quota; "
-                            "set --pulsar-url to the shared Pulsar cluster", host)
-            self.broker = await asyncio.to_thread(start_or_join, s.data_dir)
-            self.pulsar_url = self.broker.url
         self._open_usage_log()
         app = build_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -111,6 +112,13 @@ class Daemon:
         site = web.TCPSite(self._runner, host, port, reuse_address=True, backlog=1024)
         await site.start()
         self.bound_port = self._runner.addresses[0][1] if self._runner.addresses else port
+        if not self.pulsar_url:
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                log.warning("listening on %s with the embedded broker: this daemon hears no peer on "
+                            "another machine, so a multi-node cluster would admit N x the quota; "
+                            "set --pulsar-url to the shared Pulsar cluster", host)
+            self.broker = await asyncio.to_thread(start_or_join, s.data_dir)
+            self.pulsar_url = self.broker.url
         self._tasks = [
             asyncio.create_task(self._supervise_pulsar(), name="pulsar"),
             asyncio.create_task(self._tick_loop(), name="tick"),
@@ -135,14 +143,22 @@ class Daemon:
         for task in reversed(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.session is not None:
-            await self.session.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self.usage_log is not None:
-            self.usage_log.close()
-        if self.broker is not None:
-            await asyncio.to_thread(self.broker.stop)
+        await self._release()
+
+    async def _release(self) -> None:
+        """Close what start() opened, whichever part of it ran; safe to call twice."""
+        session, self.session = self.session, None
+        if session is not None:
+            await session.close()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        usage_log, self.usage_log = self.usage_log, None
+        if usage_log is not None:
+            usage_log.close()
+        broker, self.broker = self.broker, None
+        if broker is not None:
+            await asyncio.to_thread(broker.stop)
 
     def _open_usage_log(self) -> None:
         s = self.settings
