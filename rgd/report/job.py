@@ -37,7 +37,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -147,8 +147,11 @@ def list_segments(path_or_uri: str) -> list[tuple[str, int]]:
 # -- Spark session ---------------------------------------------------------------------------
 
 
-def spark_session(master: str | None, opts: ReportOptions, progress: bool) -> Any:
-    """A session sized for a small machine: UI off, loopback for local masters."""
+def spark_session(master: str | None, opts: ReportOptions, progress: bool, jvm_log: str | None = None) -> Any:
+    """A session sized for a small machine: UI off, loopback for local masters.
+
+    `jvm_log`: a local file for the JVM's console output (and its Python workers'),
+    which would otherwise interleave Spark's start-up WARN lines with the progress lines."""
     from pyspark.sql import SparkSession
 
     master = master or "local[*]"
@@ -172,11 +175,66 @@ def spark_session(master: str | None, opts: ReportOptions, progress: bool) -> An
              .config("spark.shuffle.compress", "false").config("spark.shuffle.spill.compress", "false"))
     extra = list(opts.spark_conf)
     extra += [tuple(kv.split("=", 1)) for kv in os.environ.get("RGD_SPARK_CONF", "").split(";") if "=" in kv]
+    python = worker_python(dict(extra), os.environ)
+    b = b.config("spark.pyspark.python", python)
     for k, v in extra:
         b = b.config(k, v)
-    spark = b.getOrCreate()
+    # PySpark takes the workers' interpreter from this variable when the context starts (the
+    # conf key alone only works through spark-submit); set it for that moment only, so nothing
+    # this process starts later inherits it.
+    previous = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = python
+    try:
+        with _stderr_to(jvm_log):
+            spark = b.getOrCreate()
+    finally:
+        if previous is None:
+            del os.environ["PYSPARK_PYTHON"]
+        else:
+            os.environ["PYSPARK_PYTHON"] = previous
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextmanager
+def _stderr_to(path: str | None) -> Iterator[None]:
+    """Point file descriptor 2 at `path` while the JVM starts: it inherits the descriptor for
+    its whole life (so do the Python workers it starts). If the start fails, the log's tail
+    is repeated on the real stderr, since the reason (no Java, ...) is in it."""
+    if path is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+    except BaseException:
+        with open(path, errors="replace") as fh:
+            tail = fh.readlines()[-20:]
+        print(f"Spark did not start; the end of {path}:\n{''.join(tail)}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        os.close(fd)
+        os.close(saved)
+
+
+def worker_python(conf: dict[str, str], environ: Mapping[str, str]) -> str:
+    """The interpreter Spark starts its Python workers with.
+
+    Spark's default is `python3` from the PATH, which is rarely the interpreter rgd runs
+    in (the venv need not be activated): the workers would miss pandas, pyarrow and rgd.
+    So the default is the driver's own interpreter. A choice the user made wins, in
+    Spark's order: `spark.pyspark.python` (RGD_SPARK_CONF), then PYSPARK_PYTHON. With a
+    remote `--master` the chosen path must exist, with rgd[spark] installed, on every
+    worker (the report image has it at the same path as the driver).
+    """
+    return conf.get("spark.pyspark.python") or environ.get("PYSPARK_PYTHON") or sys.executable
 
 
 # -- task functions (run on the executors) ---------------------------------------------------
@@ -420,15 +478,25 @@ def run_report(path_or_uri: str, out_dir: str, master: str | None = None, progre
     origin = earliest_ms // grid_ms if earliest_ms is not None else 0
     grid = Grid(grid_ms, opts.chunk_ticks, lookback, origin)
     own_session = spark is None
-    with prog.stage("spark", master or "local[*]"):
+    jvm_log = _jvm_log_path(out_dir)
+    with prog.stage("spark", f"{master or 'local[*]'} (Spark's own log: {jvm_log})" if own_session else ""):
         if own_session:
-            spark = spark_session(master, opts, progress)
+            spark = spark_session(master, opts, progress, jvm_log)
     sc = spark.sparkContext
     try:
         return _run(spark, sc, segments, total_bytes, grid, opts, out_dir, prog, t_start, path_or_uri)
     finally:
         if own_session:
             spark.stop()
+
+
+def _jvm_log_path(out_dir: str) -> str:
+    """spark.log beside the report when out_dir is local; in the temp directory otherwise."""
+    if "://" in out_dir and not out_dir.startswith("file://"):
+        return os.path.join(tempfile.gettempdir(), f"rgd-report-spark-{os.getpid()}.log")
+    local = out_dir.removeprefix("file://")
+    os.makedirs(local, exist_ok=True)
+    return os.path.join(os.path.abspath(local), "spark.log")
 
 
 def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int, grid: Grid,
