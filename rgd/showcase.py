@@ -3,17 +3,22 @@
 An embedded broker, N daemon processes sharing groups, synthetic broker load
 whose skew rotates every phase, and a live table of each group's quota,
 demand, admitted and per-daemon shares; at the end, the Spark fairness report
-on what the daemons logged.
+on what the daemons logged. Each run gets a directory of its own under the
+workdir, so a run never replaces the previous run's logs and report.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
+import math
+import os
 import signal
+import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import yaml
 from rich.console import Console
@@ -23,6 +28,8 @@ from rich.table import Table
 from rgd.daemon_process import DaemonProcess
 from rgd.embedded_broker import start_or_join
 from rgd.load_generator import Stream, StreamStats, run_streams
+
+__all__ = ["demand_weights", "make_rate", "new_run_dir", "report_lines", "run_showcase", "status_table"]
 
 PHASE_SECONDS = 10.0
 SKEWS = ([0.6, 0.3, 0.1], [0.1, 0.3, 0.6], [0.34, 0.33, 0.33], [0.8, 0.1, 0.1])
@@ -42,30 +49,42 @@ def make_rate(total: float, n: int, daemon: int, group: int):
     return rate
 
 
+LEGEND = ("Each group's brokers offer {demand:.0f} msg/s (1.2 x its quota) split unevenly over the daemons; "
+          "the split changes every {phase:.0f} s. demand: messages offered; limit: the daemon's share of the "
+          "group's quota, recomputed every tick from all daemons' demand (max-min fair), or the quota itself "
+          "on the all-daemons row; admitted: messages allowed. Demand above the limit is throttled.")
+
+
+def status_table(groups: list[str], quota: float, daemons: list[str], offered: dict, admitted: dict,
+                 shares: dict, elapsed: float) -> Table:
+    """One row per group (all daemons: quota as the limit) and one per daemon in it.
+
+    offered/admitted: (group index, daemon index) -> messages in the last whole second;
+    shares: (group, daemon id) -> the daemon's local limit, absent when unknown."""
+    t = Table(title=f"rgd up: {len(daemons)} daemons, t={elapsed:.0f}s (Ctrl-C to stop)",
+              caption="messages/s in the last second")
+    t.add_column("group")
+    t.add_column("daemon")
+    for name in ("demand", "limit", "admitted"):
+        t.add_column(name, justify="right")
+    for gi, g in enumerate(groups):
+        rows = []
+        for di, d in enumerate(daemons):
+            lim = shares.get((g, d))
+            rows.append((d, offered[(gi, di)], "-" if lim is None else f"{lim:.0f}", admitted[(gi, di)]))
+        t.add_row(g, "all daemons", f"{sum(r[1] for r in rows):.0f}", f"{quota:.0f}",
+                  f"{sum(r[3] for r in rows):.0f}", style="bold")
+        for i, (d, o, lim, a) in enumerate(rows):
+            t.add_row("", d, f"{o:.0f}", lim, f"{a:.0f}", end_section=i == len(rows) - 1)
+    return t
+
+
 def _table(groups: list[str], quota: float, daemons: list[DaemonProcess], stats: dict, shares: dict,
            elapsed: float) -> Table:
-    t = Table(title=f"rgd up: {len(daemons)} daemons, t={elapsed:.0f}s (Ctrl-C to stop)",
-              caption="per daemon: demand > local limit (admitted), messages/s in the last second")
-    t.add_column("group")
-    t.add_column("quota", justify="right")
-    t.add_column("demand", justify="right")
-    t.add_column("admitted", justify="right")
-    for d in daemons:
-        t.add_column(d.daemon_id, justify="right", no_wrap=True)
     second = max(0, int(elapsed) - 1)
-    for gi, g in enumerate(groups):
-        demand = admitted = 0.0
-        cells = []
-        for di, d in enumerate(daemons):
-            st: StreamStats = stats[(gi, di)]
-            a = st.admitted.get(second, 0)
-            o = st.offered.get(second, 0)
-            demand += o
-            admitted += a
-            lim = shares.get((g, d.daemon_id))
-            cells.append(f"{o} > {lim:.0f} ({a})" if lim is not None else f"{o} > - ({a})")
-        t.add_row(g, f"{quota:.0f}", f"{demand:.0f}", f"{admitted:.0f}", *cells)
-    return t
+    offered = {k: st.offered.get(second, 0) for k, st in stats.items()}
+    admitted = {k: st.admitted.get(second, 0) for k, st in stats.items()}
+    return status_table(groups, quota, [d.daemon_id for d in daemons], offered, admitted, shares, elapsed)
 
 
 def _poll_shares(groups: list[str], daemons: list[DaemonProcess]) -> dict:
@@ -93,8 +112,9 @@ async def _live(ns: argparse.Namespace, groups: list[str], daemons: list[DaemonP
     stats = [StreamStats() for _ in streams]
     by_key = dict(zip(keys, stats))
     load = asyncio.create_task(run_streams(streams, duration, t0, stats))
-    console = Console() if Console().is_terminal else Console(width=120)
+    console = _console()
     last_print = 0.0
+    table = printed = None
     with Live(console=console, auto_refresh=False) if console.is_terminal else _NoLive() as live:
         while not load.done() and not stop.is_set():
             await asyncio.sleep(1.0)
@@ -105,7 +125,9 @@ async def _live(ns: argparse.Namespace, groups: list[str], daemons: list[DaemonP
                 live.update(table, refresh=True)
             elif elapsed - last_print >= 5:  # CI or a pipe: a table every 5 s
                 console.print(table)
-                last_print = elapsed
+                printed, last_print = table, elapsed
+    if table is not None and not console.is_terminal and printed is not table:
+        console.print(table)  # a pipe gets the last state too, however short the run
     load.cancel()
     await asyncio.gather(load, return_exceptions=True)
 
@@ -118,12 +140,67 @@ class _NoLive:
         return False
 
 
+def _console() -> Console:
+    """Rich's console; off a terminal (a pipe, a file, CI) 120 columns instead of 80,
+    so the table's lines do not wrap."""
+    return Console() if Console().is_terminal else Console(width=120)
+
+
+def new_run_dir(parent: Path, now: datetime) -> Path:
+    """A new directory `parent/<UTC time>` for one run, and `parent/latest` pointing at it.
+
+    Runs never share a directory: a second run must not delete the first one's logs and
+    report. Two runs in the same second get `-2`, `-3` ... suffixes."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    run, n = parent / stamp, 1
+    while True:
+        try:
+            run.mkdir()
+            break
+        except FileExistsError:
+            n += 1
+            run = parent / f"{stamp}-{n}"
+    link = parent / f".latest-{os.getpid()}"
+    link.unlink(missing_ok=True)
+    link.symlink_to(run.name)
+    os.replace(link, parent / "latest")
+    return run
+
+
+def report_lines(summary: dict[str, Any], html_path: Path) -> list[str]:
+    """What the fairness report found, in a few sentences (summary.json has it all)."""
+    dims = [(g, d) for g, doc in sorted(summary["groups"].items()) for d in doc["dims"].values()]
+    span = summary["span"]
+    loss = summary["loss"]
+    delay = summary["delay_ms"]
+    lines = [f"fairness report: {html_path}",
+             f"  {span['ticks']} ticks of {summary['grid_ms'] / 1000:g} s from the first report to the last, "
+             f"{len(summary['daemons'])} daemons, {len(summary['groups'])} groups"]
+    tolerance = summary.get("options", {}).get("tolerance", 0.05)
+    for g, d in dims:
+        over = d.get("overshoot_ratio_max") or 0.0
+        lines.append(
+            f"  {g}: admitted {d['admitted_mean']:.0f}/s of {d['demand_mean']:.0f}/s demand, quota {d['quota_mean']:.0f}/s"
+            f" (worst tick {over:.1%} over it; {d['ticks_over_quota']} ticks more than {tolerance:.0%} over);"
+            f" Jain index of the daemons' shares {_num(d.get('jain_mean'), '.3f')} on average"
+            f" (1 = each daemon got its max-min fair share)")
+    lines.append(f"  reports: {loss['lost']} of {loss['expected']} lost; delay from publish to the receiver applying"
+                 f" it at its next tick: median {_num(delay['p50'], '.0f')} ms, mean {_num(delay['mean'], '.0f')} ms")
+    return lines
+
+
+def _num(x: Any, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
 def run_showcase(ns: argparse.Namespace) -> int:
-    work = Path(ns.workdir).absolute()
-    if work.exists():
-        shutil.rmtree(work)
+    console = _console()
+    # SIGTERM before the live loop installs its handler: unwind (the finally below stops
+    # the daemons and the broker) instead of dying and leaving them running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    work = new_run_dir(Path(ns.workdir).absolute(), datetime.now(timezone.utc))
     (work / "logs").mkdir(parents=True)
-    console = Console()
     broker = start_or_join(work / "broker")
     groups = [f"tenant-{chr(ord('a') + i)}" for i in range(ns.groups)]
     config = work / "groups.yaml"
@@ -132,6 +209,7 @@ def run_showcase(ns: argparse.Namespace) -> int:
         "tenants": {g: g for g in groups},
     }))
     daemons: list[DaemonProcess] = []
+    codes: list[int | None] = []
     port = ns.base_port
     try:
         for i in range(ns.daemons):
@@ -148,7 +226,9 @@ def run_showcase(ns: argparse.Namespace) -> int:
         for d in daemons:
             d.wait_ready()
         console.print(f"[bold]rgd up[/]: broker {broker.url}, {len(daemons)} daemons ready, "
-                      f"groups {', '.join(groups)} at {ns.quota:.0f} msg/s each; logs in {work}")
+                      f"groups {', '.join(groups)} at {ns.quota:.0f} msg/s each; this run's files in {work}",
+                      soft_wrap=True)
+        console.print(LEGEND.format(demand=1.2 * ns.quota, phase=PHASE_SECONDS), soft_wrap=True, highlight=False)
         stop = asyncio.Event()
 
         async def main() -> None:
@@ -170,7 +250,8 @@ def run_showcase(ns: argparse.Namespace) -> int:
         except ImportError:
             console.print("fairness report skipped: install the spark extra (pip install 'rgd[spark]')")
             return 0
+        console.print("fairness report: Spark replays the daemons' logs (about a minute) ...")
         summary = run_report(str(work / "logs"), str(work / "report"))
-        console.print(f"fairness report: {work / 'report' / 'report.html'}")
-        console.print({k: v for k, v in summary.items() if not isinstance(v, (list, dict))})
+        for line in report_lines(summary, work / "report" / "report.html"):
+            console.print(line, highlight=False, soft_wrap=True)
     return 0

@@ -267,3 +267,14 @@ def test_html_renders_in_headless_chromium(report: dict) -> None:
     result = helper.render(exe, report["out"] / "report.html", report["root"] / "shot.png")
     assert result["svg"] >= 4 and result["polylines"] >= 6 and result["paths"] >= 1, result
     assert result["size_ratio"] > 3, result
+
+
+def test_html_says_what_its_numbers_measure(report: dict) -> None:
+    html = (report["out"] / "report.html").read_text()
+    s = report["summary"]
+    run = html[html.index("<h2>Run</h2>"):]
+    assert "{" not in run, "a Python dict repr in the Run section"
+    assert "Membership events: " in run and "Report stages: " in run
+    assert f'{s["span"]["ticks"]} ticks of 1000 ms from the first report to the last' in html
+    assert "ticks measured" in html  # a group's own tick count, which can be smaller
+    assert "<b>Delay</b> is the time from a report" in html

@@ -198,6 +198,15 @@ height:10px;margin-right:4px;vertical-align:middle}.bad{color:#b00020}.group{bor
 """
 
 
+def _span_text(span: dict) -> str:
+    """First and last tick as UTC times: the header's tick count covers every daemon's reports,
+    a group's count only the ticks it had figures in, so it can be smaller."""
+    first, last = span.get("first_s"), span.get("last_s")
+    if first is None or last is None or not (math.isfinite(first) and math.isfinite(last)):
+        return "no reports"
+    return f"{time_label(first, last - first)} to {time_label(last, last - first)} UTC"
+
+
 def _card(label: str, value: Any, bad: bool = False) -> str:
     return f'<div class="card"><b class="{"bad" if bad else ""}">{esc(fmt(value))}</b><span>{esc(label)}</span></div>'
 
@@ -213,6 +222,7 @@ def render_report(summary: dict, chart_ticks: pd.DataFrame, chart_shares: pd.Dat
            f"<style>{CSS}</style></head><body>",
            "<h1>rgd fairness report</h1>",
            f'<p class="muted">{esc(s["source"])} &middot; {esc(s["span"]["ticks"])} ticks of {esc(s["grid_ms"])} ms '
+           f'from the first report to the last ({esc(_span_text(s["span"]))}) '
            f'&middot; {len(s["daemons"])} daemons &middot; {len(s["groups"])} groups</p>']
     dims_all = [d for g in s["groups"].values() for d in g["dims"].values()]
     worst_over = max((d.get("overshoot_ratio_max") or 0 for d in dims_all), default=0)
@@ -224,7 +234,7 @@ def render_report(summary: dict, chart_ticks: pd.DataFrame, chart_shares: pd.Dat
         _card("mean Jain index", float(np.mean(jains)) if jains else None),
         _card("reports lost", loss["lost"], loss["lost"] > 0),
         _card("loss ratio", loss["ratio"]),
-        _card("delay p50 ms", s["delay_ms"]["p50"]), _card("delay p99 ms", s["delay_ms"]["p99"]),
+        _card("report delay p50 ms", s["delay_ms"]["p50"]), _card("report delay p99 ms", s["delay_ms"]["p99"]),
         _card("staleness p99 ms", s["staleness_ms"]["p99"]),
         _card("damaged segments", dmg["segments_damaged"], dmg["segments_damaged"] > 0),
     ]) + "</div>")
@@ -286,10 +296,17 @@ def render_report(summary: dict, chart_ticks: pd.DataFrame, chart_shares: pd.Dat
     # receipts
     out.append("<h2>Reports: loss, delay, staleness</h2>")
     out.append(f'<p>{loss["lost"]} of {loss["expected"]} reports lost between first and last heard '
-               f'(ratio {fmt(loss["ratio"])}), {loss["duplicates"]} duplicates. Delay mean '
-               f'{fmt(s["delay_ms"]["mean"])} ms, p50 {fmt(s["delay_ms"]["p50"])}, p99 {fmt(s["delay_ms"]["p99"])}, '
-               f'max {fmt(s["delay_ms"]["max"])}. Staleness p50 {fmt(s["staleness_ms"]["p50"])} ms, '
-               f'p99 {fmt(s["staleness_ms"]["p99"])}, max {fmt(s["staleness_ms"]["max"])}.</p>')
+               f'(ratio {fmt(loss["ratio"])}), {loss["duplicates"]} duplicates.</p>')
+    out.append('<p><b>Delay</b> is the time from a report\'s publish to the receiving daemon logging it, which it '
+               'does when it applies the report at its own next tick: so up to one tick of it is waiting for that '
+               'tick, not the network. Each pair of daemons keeps a fixed tick offset, so the median can sit far '
+               'from the mean. <b>Staleness</b> is the age of the newest report from a publisher just before the '
+               'next one arrives (how old the receiver\'s view of that daemon got).</p>')
+    out.append(f'<p>Over all receipts: delay mean {fmt(s["delay_ms"]["mean"])} ms, median (p50) '
+               f'{fmt(s["delay_ms"]["p50"])}, p99 {fmt(s["delay_ms"]["p99"])}, max {fmt(s["delay_ms"]["max"])}; '
+               f'staleness median {fmt(s["staleness_ms"]["p50"])} ms, p99 {fmt(s["staleness_ms"]["p99"])}, '
+               f'max {fmt(s["staleness_ms"]["max"])}. The chart shows, per tick, the mean and the max over that '
+               'tick\'s receipts.</p>')
     if delay_ticks is not None and len(delay_ticks):
         dt = delay_ticks.groupby("bucket").agg(n=("n", "sum"), s=("delay_sum", "sum"), mx=("delay_max", "max"),
                                                st=("stale_max", "max")).reset_index()
@@ -300,7 +317,7 @@ def render_report(summary: dict, chart_ticks: pd.DataFrame, chart_shares: pd.Dat
         out.append(line_chart(xs, [("mean delay", (dt["s"] / dt["n"]).to_numpy(), "#4e79a7", False),
                                    ("max delay", dt["mx"].to_numpy(), "#e15759", True),
                                    ("max staleness", dt["st"].to_numpy(), "#76b7b2", False)], "ms",
-                              title="Report delay and staleness"))
+                              title="Report delay and staleness, per tick"))
     by_pub = pd.DataFrame(sorted(loss["by_publisher"].items(), key=lambda kv: -kv[1]), columns=["daemon", "lost"])
     by_recv = pd.DataFrame(sorted(loss["by_receiver"].items(), key=lambda kv: -kv[1]), columns=["daemon", "lost"])
     out.append("<h3>Lost by publisher</h3>" + table(by_pub, [("daemon", "publisher"), ("lost", "lost")], 20))
@@ -315,15 +332,16 @@ def render_report(summary: dict, chart_ticks: pd.DataFrame, chart_shares: pd.Dat
     out.append(f"<h2>All groups</h2><details><summary>{len(rows)} rows: one per group and dimension with a "
                "quota</summary>")
     out.append(table(pd.DataFrame(rows), [
-        ("group", "group"), ("dim", "dimension"), ("ticks", "ticks"), ("quota_mean", "quota/s"),
+        ("group", "group"), ("dim", "dimension"), ("ticks", "ticks measured"), ("quota_mean", "quota/s"),
         ("admitted_mean", "admitted/s"), ("demand_mean", "demand/s"), ("admitted_total", "admitted total"),
         ("overshoot_ratio_max", "max overshoot"), ("ticks_over_quota", "ticks over"),
         ("utilization_mean", "utilization"), ("jain_mean", "Jain mean"), ("jain_min", "Jain min"),
         ("fair_error_mean", "fair error"), ("conv_events", "events"), ("conv_median", "conv. median s")],
         max_rows=500))
     out.append("</details>")
-    out.append(f'<h2>Run</h2><p class="muted">membership events {esc(s.get("membership_events"))}; daemons that '
-               f'left: {esc(", ".join(s.get("daemons_left", [])) or "none")}; stage timings (s) '
-               f'{esc(s.get("timings_s", ""))}</p>')
+    events = ", ".join(f"{n} {e}" for e, n in sorted((s.get("membership_events") or {}).items())) or "none"
+    timings = ", ".join(f"{k} {fmt(v)} s" for k, v in (s.get("timings_s") or {}).items()) or "-"
+    out.append(f'<h2>Run</h2><p class="muted">Membership events: {esc(events)}. Daemons that left: '
+               f'{esc(", ".join(s.get("daemons_left", [])) or "none")}. Report stages: {esc(timings)}.</p>')
     out.append("</body></html>")
     return "\n".join(out)
