@@ -15,7 +15,7 @@ Stages (each prints a progress line on stderr; Spark's own bar too on a terminal
 
 Outputs in out_dir: ticks/ and shares/ (Parquet datasets, one file per group
 and chunk), segments, loss, delay, delay_ticks, totals, daemons, convergence,
-membership (.parquet), summary.json, report.html.
+membership (.parquet), summary.json, report.html; spark.log (the JVM's console).
 
 Segments are read by the Python workers through fsspec (local paths, file://,
 s3://, gs://, hdfs:// ... with the matching fsspec driver installed on the
