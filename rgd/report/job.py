@@ -205,8 +205,26 @@ def _load_pickles(uri_dir: str, suffix: str) -> list[Any]:
     return out
 
 
-def _decode_partitions(grid: Grid, meta_dir: str):
-    """mapInArrow function: (seg, uri) rows -> series rows; each segment's SegmentMeta goes to `meta_dir`.
+def plan_decode_tasks(segments: list[tuple[str, int]], slots: int, per_slot: int = 4) -> list[list[tuple[int, str]]]:
+    """Segments packed into about `per_slot` tasks per core, balanced by bytes.
+
+    One task per segment costs a Python worker round trip and a scheduling
+    round per 30 MB segment (about as much as decoding it on 2 cores); a few
+    tasks per core keep that fixed cost small while the last tasks still even
+    out the load. Largest first into the lightest task (greedy LPT).
+    """
+    n = max(1, min(len(segments), max(1, slots) * per_slot))
+    tasks: list[list[tuple[int, str]]] = [[] for _ in range(n)]
+    load = [0] * n
+    for i, (uri, size) in sorted(enumerate(segments), key=lambda x: (-x[1][1], x[0])):
+        k = min(range(n), key=load.__getitem__)
+        tasks[k].append((i, uri))
+        load[k] += max(size, 1)
+    return [t for t in tasks if t]
+
+
+def _decode_partitions(grid: Grid, meta_dir: str, tasks: list[list[tuple[int, str]]]):
+    """mapInArrow function: task ids -> series rows of their segments; each SegmentMeta goes to `meta_dir`.
 
     The metadata travels beside the data, not through it: the reducers need
     the whole cluster's membership before they start, Spark starts them only
@@ -221,30 +239,30 @@ def _decode_partitions(grid: Grid, meta_dir: str):
         from rgd.report.task import process_segment, read_uri
 
         names = ["group_key", "chunk", "daemon_key", "order", "b0", "n", "dims", "blob"]
-        for batch in batches:
-            for seg_id, uri in zip(batch.column("seg").to_pylist(), batch.column("uri").to_pylist()):
-                try:
-                    data = read_uri(uri)
-                except Exception as exc:  # unreadable: reported, never fatal
-                    meta = SegmentMeta(uri=uri, size=0, error=f"cannot read: {type(exc).__name__}: {exc}")
-                    rows: list[SeriesRow] = []
-                else:
-                    rows, meta = process_segment(data, uri, grid)
-                    del data
-                ctx_part = SegmentMeta(uri=meta.uri, size=meta.size, error=meta.error, names=meta.names,
-                                       headers=meta.headers)
-                _put_pickle(f"{meta_dir}/{seg_id:07d}.ctx.pkl", ctx_part)
-                _put_pickle(f"{meta_dir}/{seg_id:07d}.meta.pkl", meta)
-                for i in range(0, len(rows), 64):
-                    part = rows[i:i + 64]
-                    yield pa.RecordBatch.from_arrays([
-                        pa.array([r.group_key for r in part], pa.int64()),
-                        pa.array([r.chunk for r in part], pa.int64()),
-                        pa.array([r.daemon_key for r in part], pa.int64()),
-                        pa.array([r.order for r in part], pa.int64()),
-                        pa.array([r.b0 for r in part], pa.int64()), pa.array([r.n for r in part], pa.int64()),
-                        pa.array([r.dims for r in part], pa.int64()),
-                        pa.array([r.blob for r in part], pa.binary())], names=names)
+        todo = [seg for batch in batches for t in batch.column("id").to_pylist() for seg in tasks[t]]
+        for seg_id, uri in todo:
+            try:
+                data = read_uri(uri)
+            except Exception as exc:  # unreadable: reported, never fatal
+                meta = SegmentMeta(uri=uri, size=0, error=f"cannot read: {type(exc).__name__}: {exc}")
+                rows: list[SeriesRow] = []
+            else:
+                rows, meta = process_segment(data, uri, grid)
+                del data
+            ctx_part = SegmentMeta(uri=meta.uri, size=meta.size, error=meta.error, names=meta.names,
+                                   headers=meta.headers)
+            _put_pickle(f"{meta_dir}/{seg_id:07d}.ctx.pkl", ctx_part)
+            _put_pickle(f"{meta_dir}/{seg_id:07d}.meta.pkl", meta)
+            for i in range(0, len(rows), 64):
+                part = rows[i:i + 64]
+                yield pa.RecordBatch.from_arrays([
+                    pa.array([r.group_key for r in part], pa.int64()),
+                    pa.array([r.chunk for r in part], pa.int64()),
+                    pa.array([r.daemon_key for r in part], pa.int64()),
+                    pa.array([r.order for r in part], pa.int64()),
+                    pa.array([r.b0 for r in part], pa.int64()), pa.array([r.n for r in part], pa.int64()),
+                    pa.array([r.dims for r in part], pa.int64()),
+                    pa.array([r.blob for r in part], pa.binary())], names=names)
 
     return run
 
@@ -451,10 +469,10 @@ def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int,
             fs.rm(d, recursive=True)
         fs.makedirs(d, exist_ok=True)
     uri_of = (lambda p: fs.unstrip_protocol(p)) if "://" in out_dir else (lambda p: p)
-    files = sc.parallelize([(i, u) for i, (u, _) in enumerate(segments)], max(1, len(segments)))
-    files_df = spark.createDataFrame(files, "seg long, uri string")
-    series = files_df.mapInArrow(_decode_partitions(grid, meta_dir), DECODED_SCHEMA)
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(2, min(400, 2 * len(segments)))))
+    tasks = plan_decode_tasks(segments, sc.defaultParallelism)
+    series = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
+        _decode_partitions(grid, meta_dir, tasks), DECODED_SCHEMA)
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(2, min(400, 4 * sc.defaultParallelism))))
     out = series.groupBy("group_key", "chunk").applyInArrow(
         _analyze_groups(meta_dir, uri_of(ticks_dir), uri_of(shares_dir), grid, opts), AUX_SCHEMA)
     with prog.stage("decode+analyze", f"{len(segments)} decode tasks (one per segment), then one per (group, chunk)",
