@@ -30,6 +30,7 @@ import json
 import math
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import threading
@@ -49,6 +50,7 @@ from rgd.report.merge import (
 )
 from rgd.report.receipts import quantile_from_hist
 from rgd.report.series import Grid, SeriesRow
+from rgd.storage import filesystem, scheme
 from rgd.usage_log.segment import parse_name
 
 DECODED_SCHEMA = "group_key long, chunk long, daemon_key long, `order` long, b0 long, n long, dims long, blob binary"
@@ -126,14 +128,12 @@ class Progress:
 
 def list_segments(path_or_uri: str) -> list[tuple[str, int]]:
     """(uri, size) of every segment under a directory/URI (or the one file given), largest first."""
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(path_or_uri)
+    fs, root = filesystem(path_or_uri)
     if fs.isfile(root):
         found = {root: fs.info(root)}
     else:
         found = fs.find(root, detail=True)
-    local = "://" not in path_or_uri or path_or_uri.startswith("file://")
+    local = not scheme(path_or_uri)
     out = []
     for path, info in found.items():
         name = path.rstrip("/").rsplit("/", 1)[-1]
@@ -184,9 +184,7 @@ def spark_session(master: str | None, opts: ReportOptions, progress: bool) -> An
 
 def _put_pickle(uri: str, obj: Any) -> None:
     """Write a pickle atomically (tmp + move) at a local path or fsspec URI."""
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(uri)
+    fs, path = filesystem(uri)
     tmp = f"{path}.tmp-{os.getpid()}"
     with fs.open(tmp, "wb") as fh:
         fh.write(pickle.dumps(obj, protocol=5))
@@ -194,9 +192,7 @@ def _put_pickle(uri: str, obj: Any) -> None:
 
 
 def _load_pickles(uri_dir: str, suffix: str) -> list[Any]:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(uri_dir)
+    fs, path = filesystem(uri_dir)
     out = []
     for p in sorted(fs.find(path)):
         if p.endswith(suffix):
@@ -293,10 +289,9 @@ def _context(meta_dir: str, grid: Grid, opts: "ReportOptions") -> Context:
 
 
 def _put_parquet(uri: str, table: Any) -> None:
-    import fsspec
     import pyarrow.parquet as pq
 
-    fs, path = fsspec.core.url_to_fs(uri)
+    fs, path = filesystem(uri)
     tmp = f"{path}.tmp-{os.getpid()}"
     with fs.open(tmp, "wb") as fh:
         pq.write_table(table, fh, compression="zstd")
@@ -381,19 +376,17 @@ def _sample_grid(segments: list[tuple[str, int]], limit: int = 32) -> tuple[int 
 
 
 def _open(uri: str) -> Any:
-    if "://" not in uri:
-        return open(uri, "rb")
-    import fsspec
-
-    return fsspec.open(uri, "rb").open()
+    if not scheme(uri):
+        return open(uri[len("file://"):] if uri.startswith("file://") else uri, "rb")
+    fs, path = filesystem(uri)
+    return fs.open(path, "rb")
 
 
 def _write_parquet(df: pd.DataFrame, out_dir: str, name: str) -> None:
-    import fsspec
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    fs, root = fsspec.core.url_to_fs(out_dir)
+    fs, root = filesystem(out_dir)
     fs.makedirs(root, exist_ok=True)
     with fs.open(f"{root.rstrip('/')}/{name}.parquet", "wb") as fh:
         pq.write_table(pa.Table.from_pandas(df, preserve_index=False), fh)
@@ -442,20 +435,39 @@ def run_report(path_or_uri: str, out_dir: str, master: str | None = None, progre
         if own_session:
             spark = spark_session(master, opts, progress)
     sc = spark.sparkContext
+    ship_dir = None
+    executors = None
     try:
-        return _run(spark, sc, segments, total_bytes, grid, opts, out_dir, prog, t_start, path_or_uri)
+        if not sc.master.startswith("local"):
+            ship_dir = tempfile.mkdtemp(prefix="rgd-ship-")
+            with prog.stage("executors", "ship rgd's code, check the executors' Python"):
+                executors = ship_code(sc, ship_dir, path_or_uri, out_dir)
+        return _run(spark, sc, segments, total_bytes, grid, opts, out_dir, prog, t_start, path_or_uri, executors)
     finally:
         if own_session:
             spark.stop()
+        if ship_dir is not None:
+            shutil.rmtree(ship_dir, ignore_errors=True)
+
+
+def ship_code(sc: Any, directory: str, *uris: str) -> dict:
+    """Make rgd importable on executors that do not have it, then check they have the rest.
+
+    Local masters skip this: their Python workers run on this machine, where
+    rgd is installed.
+    """
+    from rgd.report.ship import check_executors, package_zip
+
+    sc.addPyFile(str(package_zip(directory)))
+    return check_executors(sc, *uris)
 
 
 def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int, grid: Grid,
-         opts: ReportOptions, out_dir: str, prog: Progress, t_start: float, source: str) -> dict:
-    import fsspec
-
+         opts: ReportOptions, out_dir: str, prog: Progress, t_start: float, source: str,
+         executors: dict | None = None) -> dict:
     from rgd.report.analyze import stitch_convergence
 
-    fs, root = fsspec.core.url_to_fs(out_dir)
+    fs, root = filesystem(out_dir)
     root = root.rstrip("/")
     fs.makedirs(root, exist_ok=True)
     work = f"{root}/_work"
@@ -475,7 +487,7 @@ def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int,
     spark.conf.set("spark.sql.shuffle.partitions", str(max(2, min(400, 4 * sc.defaultParallelism))))
     out = series.groupBy("group_key", "chunk").applyInArrow(
         _analyze_groups(meta_dir, uri_of(ticks_dir), uri_of(shares_dir), grid, opts), AUX_SCHEMA)
-    with prog.stage("decode+analyze", f"{len(segments)} decode tasks (one per segment), then one per (group, chunk)",
+    with prog.stage("decode+analyze", f"{len(segments)} segments in {len(tasks)} decode tasks, then one task per (group, chunk)",
                     sc=sc):
         aux = [pickle.loads(r["blob"]) | {"group_key": r["group_key"]} for r in out.collect()]
     with prog.stage("merge", "damage, membership, receipts"):
@@ -524,6 +536,8 @@ def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int,
         group_rows = int(sum(m.group_rows for m in good))
         summary = _summary(source, segments, total_bytes, grid, grid_seen, ctx.bin_ticks, opts, metas, good, damage,
                            headers, mem, rec, per_group, conv_pd, totals_by_group, daemons_pd, names, group_rows)
+    if executors is not None:
+        summary["executors"] = executors  # what the probe found on one executor (Python, libraries, rgd's zip)
     summary["timings_s"] = dict(prog.timings)
     with prog.stage("html"):
         from rgd.report.html import render_report

@@ -17,17 +17,17 @@ from rgd.report.decode import (
 from rgd.report.merge import SegmentMeta
 from rgd.report.receipts import reduce_receipts
 from rgd.report.series import Grid, SeriesRow, segment_series
+from rgd.storage import filesystem, scheme
 
 
 def read_uri(uri: str) -> bytes:
     """Whole file at `uri` (a local path or any fsspec URI)."""
-    if "://" not in uri or uri.startswith("file://"):
+    if not scheme(uri):
         path = uri[len("file://"):] if uri.startswith("file://") else uri
         with open(path, "rb") as fh:
             return fh.read()
-    import fsspec
-
-    with fsspec.open(uri, "rb") as fh:
+    fs, path = filesystem(uri)
+    with fs.open(path, "rb") as fh:
         return fh.read()
 
 
