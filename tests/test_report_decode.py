@@ -233,3 +233,92 @@ def test_restatements_add_no_usage(tmp_path):
     assert decode_segment_python(data)[1] == 1
     decoded = decode_segment(data, seg.name)
     assert int(decoded.counts[:, 0].sum()) == 7
+
+
+def _schema_variant():
+    """rgd's usage report schema with a third traffic kind and two fields renumbered, in a pool of its own."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fdp = descriptor_pb2.FileDescriptorProto()
+    UsageReport.DESCRIPTOR.file.CopyToProto(fdp)
+    fdp.name, fdp.package = "variant/usage_report.proto", "rgdvariant.v1"
+    msgs = {m.name: m for m in fdp.message_type}
+    for m in fdp.message_type:
+        for f in m.field:
+            if f.type_name:
+                f.type_name = f.type_name.replace(".rgd.v1.", ".rgdvariant.v1.")
+    kind_field = next(f for f in msgs["GroupUsage"].field if f.name == "dispatch")
+    extra = msgs["GroupUsage"].field.add()
+    extra.CopyFrom(kind_field)
+    extra.name, extra.json_name, extra.number = "replication", "replication", 6
+    next(f for f in msgs["UsageReport"].field if f.name == "sequence").number = 12
+    next(f for f in msgs["KindUsage"].field if f.name == "admitted_messages").number = 9
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"rgdvariant.v1.{n}"))
+            for n in ("UsageReport", "GroupUsage", "KindUsage")}
+
+
+def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
+    """Field numbers and kinds come from descriptors: a schema with a third kind and moved fields decodes
+    with specs built from it, and agrees with the protobuf library on every value."""
+    from rgd.report.decode import (
+        COUNT_FIELDS, G_NLEN, G_NOFF, G_REP, LIMIT_FIELDS, PER_KIND, R_COLS, R_DLEN, R_DOFF, R_RESTATED,
+        decode_reports, field_spec, kind_fields,
+    )
+
+    V = _schema_variant()
+    kinds = kind_fields(V["GroupUsage"].DESCRIPTOR, V["KindUsage"].DESCRIPTOR)
+    assert kinds == ("publish", "dispatch", "replication")
+    rspec = field_spec(V["UsageReport"].DESCRIPTOR, {
+        "daemon_id": (R_DHASH, R_DOFF, R_DLEN), "sequence": (R_SEQ,), "publish_time_ms": (R_PUB_MS,),
+        "tick_ms": (R_TICK_MS,), "leaving": (R_LEAVING,), "incarnation": (R_INC,), "restatement": (R_RESTATED,),
+        "groups": (0,)})
+    gspec = field_spec(V["GroupUsage"].DESCRIPTOR,
+                       {"group": (G_HASH, G_NOFF, G_NLEN), **{k: (i,) for i, k in enumerate(kinds)}})
+    kspec = field_spec(V["KindUsage"].DESCRIPTOR, {**{n: (j,) for j, n in enumerate(COUNT_FIELDS)},
+                                                   **{n: (j,) for j, n in enumerate(LIMIT_FIELDS)}})
+    rng = random.Random(3)
+    reports = []
+    for i in range(5):
+        r = V["UsageReport"](daemon_id=f"n{i}", sequence=1000 + i, publish_time_ms=7_000 + i, tick_ms=1000,
+                             incarnation=42)
+        for gname in ("g1", "g2"):
+            g = r.groups.add(group=gname)
+            for k in kinds:
+                ku = getattr(g, k)
+                for f in COUNT_FIELDS:
+                    setattr(ku, f, rng.randrange(0, 2**40))
+                for f in LIMIT_FIELDS:
+                    setattr(ku, f, rng.choice([-1.0, 0.5, 1e6]))
+        reports.append(r)
+    payloads = [r.SerializeToString() for r in reports]
+    buf = np.frombuffer(b"".join(payloads), np.uint8)
+    offs = np.cumsum([0] + [len(p) for p in payloads[:-1]]).astype(np.int64)
+    lens = np.array([len(p) for p in payloads], np.int64)
+    R, gmeta, counts, lims, ng = decode_reports(buf, offs, lens, 64, rspec, gspec, kspec, PER_KIND * len(kinds))
+    assert R.shape[1] == R_COLS and ng == 10
+    lims = lims.view(np.float64)
+    row = 0
+    for i, r in enumerate(reports):
+        assert (R[i, R_OK], R[i, R_SEQ], R[i, R_PUB_MS], R[i, R_INC]) == (1, r.sequence, r.publish_time_ms,
+                                                                        r.incarnation)
+        for g in r.groups:
+            assert gmeta[row, G_REP] == i and gmeta[row, G_HASH] == name_key(g.group)
+            for j, k in enumerate(kinds):
+                ku = getattr(g, k)
+                assert counts[row, PER_KIND * j:PER_KIND * (j + 1)].tolist() == [getattr(ku, f) for f in COUNT_FIELDS]
+                assert lims[row, PER_KIND * j:PER_KIND * (j + 1)].tolist() == [getattr(ku, f) for f in LIMIT_FIELDS]
+            row += 1
+
+
+def test_the_report_kinds_are_the_daemons_kinds() -> None:
+    """The decoder's kinds (from the wire schema) and the daemon's (rgd.groups.KINDS) must not drift apart."""
+    from rgd.groups import KINDS as DAEMON_KINDS
+    from rgd.report.decode import KINDS as WIRE_KINDS
+    from rgd.report.merge import TOTAL_COLS
+
+    assert WIRE_KINDS == DAEMON_KINDS
+    assert DIMS == tuple(f"{k}_{u}" for k in DAEMON_KINDS for u in ("messages", "bytes"))
+    assert TOTAL_COLS[:4] == ("publish_messages_admitted", "publish_bytes_admitted", "publish_messages_throttled",
+                              "publish_bytes_throttled")

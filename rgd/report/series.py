@@ -25,12 +25,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rgd.report.decode import F_INDEX, G_HASH, G_REP, R_DHASH, R_PUB_MS, R_TICK_MS, DecodedSegment, njit
+from rgd.report.decode import (
+    COUNT_FIELDS, F_INDEX, G_HASH, G_REP, KINDS, LIMIT_FIELDS, PER_KIND, R_DHASH, R_PUB_MS, R_TICK_MS,
+    DecodedSegment, njit,
+)
 
-DIMS = ("publish_messages", "publish_bytes", "dispatch_messages", "dispatch_bytes")
-# (admitted, throttled) columns in DecodedSegment.counts; (limit, quota) in .limits, per dimension
-COUNT_OF = ((0, 2), (1, 3), (4, 6), (5, 7))
-LIMIT_OF = ((0, 2), (1, 3), (4, 6), (5, 7))
+UNITS = ("messages", "bytes")
+# One dimension per traffic kind in the schema and unit: publish_messages, publish_bytes, dispatch_messages, ...
+DIMS: tuple[str, ...] = tuple(f"{k}_{u}" for k in KINDS for u in UNITS)
+# per dimension: (admitted, throttled) columns in DecodedSegment.counts, (limit, quota) columns in .limits
+COUNT_OF = tuple((PER_KIND * i + COUNT_FIELDS.index(f"admitted_{u}"), PER_KIND * i + COUNT_FIELDS.index(f"throttled_{u}"))
+                 for i in range(len(KINDS)) for u in UNITS)
+LIMIT_OF = tuple((PER_KIND * i + LIMIT_FIELDS.index(f"limit_{u}"), PER_KIND * i + LIMIT_FIELDS.index(f"quota_{u}"))
+                 for i in range(len(KINDS)) for u in UNITS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +132,19 @@ NF = 2 + 4 * len(DIMS)
 
 @njit(cache=True, nogil=True)
 def _dense(kid, bidx, tick, counts, limits, nkeys, nb, count_of, limit_of):  # pragma: no cover - compiled
-    """Scatter group rows (log order) into [nkeys, nb, NF]; later rows overwrite limit and quota."""
-    arr = np.zeros((nkeys, nb, NF))
+    """Scatter group rows (log order) into [nkeys, nb, NF]; later rows overwrite limit and quota.
+
+    The width comes from `count_of`, not the global NF: numba's cache keys on
+    this file's source, and NF follows the wire schema (one more traffic kind
+    would otherwise run a stale compiled width)."""
+    arr = np.zeros((nkeys, nb, 2 + 4 * count_of.shape[0]))
     dims = np.zeros(nkeys, np.int64)
     for i in range(kid.size):
         k = kid[i]
         b = bidx[i]
         arr[k, b, 0] += 1.0
         arr[k, b, 1] += tick[i]
-        for d in range(4):
+        for d in range(count_of.shape[0]):
             a = counts[i, count_of[d, 0]]
             t = counts[i, count_of[d, 1]]
             lim = limits[i, limit_of[d, 0]]
