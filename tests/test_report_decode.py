@@ -9,6 +9,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -263,21 +264,21 @@ def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
     """Field numbers and kinds come from descriptors: a schema with a third kind and moved fields decodes
     with specs built from it, and agrees with the protobuf library on every value."""
     from rgd.report.decode import (
-        COUNT_FIELDS, G_NLEN, G_NOFF, G_REP, LIMIT_FIELDS, PER_KIND, R_COLS, R_DLEN, R_DOFF, R_RESTATED,
-        decode_reports, field_spec, kind_fields,
+        COUNT_FIELDS, G_REP, LIMIT_FIELDS, PER_KIND, GroupFields, KindFields, ReportFields, decode_reports,
+        field_numbers, kind_fields, kind_slots,
     )
 
     V = _schema_variant()
     kinds = kind_fields(V["GroupUsage"].DESCRIPTOR, V["KindUsage"].DESCRIPTOR)
     assert kinds == ("publish", "dispatch", "replication")
-    rspec = field_spec(V["UsageReport"].DESCRIPTOR, {
-        "daemon_id": (R_DHASH, R_DOFF, R_DLEN), "sequence": (R_SEQ,), "publish_time_ms": (R_PUB_MS,),
-        "tick_ms": (R_TICK_MS,), "leaving": (R_LEAVING,), "incarnation": (R_INC,), "restatement": (R_RESTATED,),
-        "groups": (0,)})
-    gspec = field_spec(V["GroupUsage"].DESCRIPTOR,
-                       {"group": (G_HASH, G_NOFF, G_NLEN), **{k: (i,) for i, k in enumerate(kinds)}})
-    kspec = field_spec(V["KindUsage"].DESCRIPTOR, {**{n: (j,) for j, n in enumerate(COUNT_FIELDS)},
-                                                   **{n: (j,) for j, n in enumerate(LIMIT_FIELDS)}})
+    rf = field_numbers(ReportFields, V["UsageReport"].DESCRIPTOR, {
+        **{n: "varint" for n in ReportFields._fields}, "daemon_id": "string", "groups": "message"})
+    assert rf.sequence == 12
+    gf = field_numbers(GroupFields, V["GroupUsage"].DESCRIPTOR, {"group": "string"})
+    kf = field_numbers(KindFields, V["KindUsage"].DESCRIPTOR,
+                       {**{n: "varint" for n in COUNT_FIELDS}, **{n: "double" for n in LIMIT_FIELDS}})
+    assert kf.admitted_messages == 9
+    slots = kind_slots(V["GroupUsage"].DESCRIPTOR, kinds)
     rng = random.Random(3)
     reports = []
     for i in range(5):
@@ -296,8 +297,8 @@ def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
     buf = np.frombuffer(b"".join(payloads), np.uint8)
     offs = np.cumsum([0] + [len(p) for p in payloads[:-1]]).astype(np.int64)
     lens = np.array([len(p) for p in payloads], np.int64)
-    R, gmeta, counts, lims, ng = decode_reports(buf, offs, lens, 64, rspec, gspec, kspec, PER_KIND * len(kinds))
-    assert R.shape[1] == R_COLS and ng == 10
+    R, gmeta, counts, lims, ng = decode_reports(buf, offs, lens, 64, rf, gf, slots, kf, PER_KIND * len(kinds))
+    assert ng == 10
     lims = lims.view(np.float64)
     row = 0
     for i, r in enumerate(reports):
@@ -310,6 +311,14 @@ def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
                 assert counts[row, PER_KIND * j:PER_KIND * (j + 1)].tolist() == [getattr(ku, f) for f in COUNT_FIELDS]
                 assert lims[row, PER_KIND * j:PER_KIND * (j + 1)].tolist() == [getattr(ku, f) for f in LIMIT_FIELDS]
             row += 1
+
+
+def test_a_retyped_field_fails_at_import_time() -> None:
+    from rgd.report.decode import KindFields, field_numbers
+
+    with pytest.raises(TypeError, match="admitted_messages is no longer a double field"):
+        field_numbers(KindFields, UsageReport.DESCRIPTOR.fields_by_name["groups"].message_type.fields_by_name[
+            "publish"].message_type, {n: "double" for n in KindFields._fields})
 
 
 def test_the_report_kinds_are_the_daemons_kinds() -> None:

@@ -23,16 +23,20 @@ protobuf does); a repeated message field seen twice merges field-wise (as
 protobuf does for singular sub-messages). Strings are returned as
 (offset, length) into the segment plus a 64-bit FNV-1a hash used as the key.
 
-Field numbers and types come from the messages' descriptors (rgd.wire), never
-from literals: `field_spec` turns "this field goes to that column" into a
-table the kernels look each field number up in, so a renamed or retyped field
-fails loudly at import and a new one is a line here. The traffic kinds are
-every KindUsage field of GroupUsage, in declaration order (KINDS): a new kind
-in the schema is decoded, totalled and analysed with no other change.
+Field numbers come from the messages' descriptors (rgd.wire), never from
+literals: `field_numbers` reads them into a namedtuple per message, which the
+kernels take as an argument and compare against (`fn == M.log_index`): as
+fast as literals, and a renamed or retyped field fails at import. Arguments,
+not globals: numba's cache keys on this file's source, so a global would keep
+a stale number after the schema changed. The traffic kinds are every
+KindUsage field of GroupUsage, in declaration order (KINDS), found through a
+field number -> slot table: a new kind in the schema is decoded, totalled and
+analysed with no other change.
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -63,51 +67,26 @@ MAX_PAYLOAD = 64 * 1024 * 1024
 REASONS = {1: "bad magic", 2: "metadata length out of bounds", 3: "truncated frame",
            4: "payload length out of bounds", 5: "CRC mismatch", 6: "metadata does not parse"}
 
-# What a kernel does with a field (column 0 of a spec row); columns 1-3 say where the value goes.
-A_SKIP, A_VARINT, A_UINT32, A_BOOL, A_STRING, A_DOUBLE, A_MESSAGE = range(7)
-_ACTION_OF_TYPE = {
-    FieldDescriptor.TYPE_INT64: A_VARINT, FieldDescriptor.TYPE_UINT64: A_VARINT, FieldDescriptor.TYPE_INT32: A_VARINT,
-    FieldDescriptor.TYPE_ENUM: A_VARINT, FieldDescriptor.TYPE_UINT32: A_UINT32, FieldDescriptor.TYPE_BOOL: A_BOOL,
-    FieldDescriptor.TYPE_STRING: A_STRING, FieldDescriptor.TYPE_BYTES: A_STRING,
-    FieldDescriptor.TYPE_DOUBLE: A_DOUBLE, FieldDescriptor.TYPE_MESSAGE: A_MESSAGE,
-}
+_VARINT = frozenset({FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_INT32,
+                     FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_ENUM, FieldDescriptor.TYPE_BOOL})
+_WIRE = {"varint": _VARINT, "string": frozenset({FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES}),
+         "double": frozenset({FieldDescriptor.TYPE_DOUBLE}), "message": frozenset({FieldDescriptor.TYPE_MESSAGE})}
 
 
-def field_spec(descriptor, columns: dict[str, tuple[int, ...]]) -> np.ndarray:
-    """int64 [max field number + 1, 4]: per field number (action, up to 3 target columns).
+def field_numbers(fields: type, descriptor, how: dict[str, str]):
+    """`fields` (a namedtuple class naming message fields) filled with their numbers from `descriptor`.
 
-    A string fills (hash, offset, length); a scalar one column; a message
-    names its slot (which kind). Fields not in `columns` are skipped, like
-    unknown ones. A field missing from the schema (KeyError) or of a type no
-    kernel reads (KeyError on its type) fails at import, not in a task.
+    `how` says how the kernel reads each field (varint, string, double,
+    message); a field the schema lost (KeyError) or gave another type
+    (TypeError) fails here, at import, instead of decoding garbage.
     """
-    spec = np.zeros((max(f.number for f in descriptor.fields) + 1, 4), dtype=np.int64)
-    for name, cols in columns.items():
+    numbers = []
+    for name in fields._fields:
         f = descriptor.fields_by_name[name]
-        spec[f.number, 0] = _ACTION_OF_TYPE[f.type]
-        spec[f.number, 1:1 + len(cols)] = cols
-    return spec
-
-
-# Fields (rows) of the frame table F[field, frame].
-F_OFF, F_END, F_KIND, F_WRITE_US, F_INDEX, F_DHASH, F_DOFF, F_DLEN, F_RECV_US, F_PHASH, F_POFF, F_PLEN, \
-    F_SEQ, F_INC, F_PUB_MS, F_KEPT, F_PAYOFF, F_PAYLEN = range(18)
-F_COLS = 18
-META_SPEC = field_spec(LogEntryMetadata.DESCRIPTOR, {
-    "kind": (F_KIND,), "write_time_us": (F_WRITE_US,), "daemon_id": (F_DHASH, F_DOFF, F_DLEN),
-    "log_index": (F_INDEX,), "receive_time_us": (F_RECV_US,), "publisher_id": (F_PHASH, F_POFF, F_PLEN),
-    "publisher_sequence": (F_SEQ,), "publisher_incarnation": (F_INC,), "publish_time_ms": (F_PUB_MS,),
-    "payload_kept": (F_KEPT,)})
-# Columns of the report table R (one row per PUBLISHED frame).
-R_OK, R_DHASH, R_DOFF, R_DLEN, R_SEQ, R_PUB_MS, R_TICK_MS, R_LEAVING, R_INC, R_NGROUPS, R_RESTATED = range(11)
-R_COLS = 11
-REPORT_SPEC = field_spec(UsageReport.DESCRIPTOR, {
-    "daemon_id": (R_DHASH, R_DOFF, R_DLEN), "sequence": (R_SEQ,), "publish_time_ms": (R_PUB_MS,),
-    "tick_ms": (R_TICK_MS,), "leaving": (R_LEAVING,), "incarnation": (R_INC,), "restatement": (R_RESTATED,),
-    "groups": (0,)})
-# Group rows: G_META columns; counts [ng, PER_KIND * len(KINDS)] and limits likewise, as in DecodedSegment.
-G_REP, G_HASH, G_NOFF, G_NLEN = range(4)
-G_META = 4
+        if f.type not in _WIRE[how[name]]:
+            raise TypeError(f"{descriptor.full_name}.{name} is no longer a {how[name]} field: update rgd.report.decode")
+        numbers.append(f.number)
+    return fields(*numbers)
 
 
 def kind_fields(group_descriptor, kind_descriptor) -> tuple[str, ...]:
@@ -116,14 +95,42 @@ def kind_fields(group_descriptor, kind_descriptor) -> tuple[str, ...]:
                  if f.message_type is not None and f.message_type.full_name == kind_descriptor.full_name)
 
 
+def kind_slots(group_descriptor, kinds: tuple[str, ...]) -> np.ndarray:
+    """int64 table: group field number -> index of its kind in `kinds`, -1 for any other field."""
+    slots = np.full(max(f.number for f in group_descriptor.fields) + 1, -1, dtype=np.int64)
+    for i, k in enumerate(kinds):
+        slots[group_descriptor.fields_by_name[k].number] = i
+    return slots
+
+
+# Fields (rows) of the frame table F[field, frame].
+F_OFF, F_END, F_KIND, F_WRITE_US, F_INDEX, F_DHASH, F_DOFF, F_DLEN, F_RECV_US, F_PHASH, F_POFF, F_PLEN, \
+    F_SEQ, F_INC, F_PUB_MS, F_KEPT, F_PAYOFF, F_PAYLEN = range(18)
+F_COLS = 18
+MetaFields = namedtuple("MetaFields", "kind write_time_us daemon_id log_index receive_time_us publisher_id "
+                                      "publisher_sequence publisher_incarnation publish_time_ms payload_kept")
+META_FIELDS = field_numbers(MetaFields, LogEntryMetadata.DESCRIPTOR, {
+    **{n: "varint" for n in MetaFields._fields}, "daemon_id": "string", "publisher_id": "string"})
+# Columns of the report table R (one row per PUBLISHED frame).
+R_OK, R_DHASH, R_DOFF, R_DLEN, R_SEQ, R_PUB_MS, R_TICK_MS, R_LEAVING, R_INC, R_NGROUPS = range(10)
+R_COLS = 10
+ReportFields = namedtuple("ReportFields", "daemon_id sequence publish_time_ms tick_ms leaving groups incarnation "
+                                          "restatement")
+REPORT_FIELDS = field_numbers(ReportFields, UsageReport.DESCRIPTOR, {
+    **{n: "varint" for n in ReportFields._fields}, "daemon_id": "string", "groups": "message"})
+# Group rows: G_META columns; counts [ng, PER_KIND * len(KINDS)] and limits likewise, as in DecodedSegment.
+G_REP, G_HASH, G_NOFF, G_NLEN = range(4)
+G_META = 4
+GroupFields = namedtuple("GroupFields", "group")
+GROUP_FIELDS = field_numbers(GroupFields, GroupUsage.DESCRIPTOR, {"group": "string"})
 KINDS: tuple[str, ...] = kind_fields(GroupUsage.DESCRIPTOR, KindUsage.DESCRIPTOR)  # publish, dispatch, ...
+KIND_SLOTS = kind_slots(GroupUsage.DESCRIPTOR, KINDS)
 COUNT_FIELDS = ("admitted_messages", "admitted_bytes", "throttled_messages", "throttled_bytes")  # varints
 LIMIT_FIELDS = ("limit_messages", "limit_bytes", "quota_messages", "quota_bytes")  # doubles (-1: unlimited)
 PER_KIND = len(COUNT_FIELDS)
-GROUP_SPEC = field_spec(GroupUsage.DESCRIPTOR,
-                        {"group": (G_HASH, G_NOFF, G_NLEN), **{k: (i,) for i, k in enumerate(KINDS)}})
-KIND_SPEC = field_spec(KindUsage.DESCRIPTOR, {**{n: (j,) for j, n in enumerate(COUNT_FIELDS)},
-                                               **{n: (j,) for j, n in enumerate(LIMIT_FIELDS)}})
+KindFields = namedtuple("KindFields", COUNT_FIELDS + LIMIT_FIELDS)
+KIND_FIELDS = field_numbers(KindFields, KindUsage.DESCRIPTOR,
+                            {**{n: "varint" for n in COUNT_FIELDS}, **{n: "double" for n in LIMIT_FIELDS}})
 KIND_PUBLISHED, KIND_RECEIPT = LogEntryMetadata.PUBLISHED, LogEntryMetadata.RECEIPT
 MAX_PROBLEMS = 50
 
@@ -229,55 +236,60 @@ def skip_field(buf, p, end, wt):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def read_field(buf, p, end, wt, spec, fn, row):  # pragma: no cover - compiled
-    """One field's value at `p` into `row` as `spec[fn]` says (a skip for unlisted fields, messages
-    and wire types that do not match the schema's); returns the next offset, -1 when malformed."""
-    act = spec[fn, 0] if fn < spec.shape[0] else A_SKIP
-    if wt == 0 and (act == A_VARINT or act == A_UINT32 or act == A_BOOL):
-        v, p = read_varint(buf, p, end)
-        if p < 0:
-            return -1
-        if act == A_VARINT:
-            row[spec[fn, 1]] = v
-        elif act == A_UINT32:
-            row[spec[fn, 1]] = v & 0xFFFFFFFF
-        else:
-            row[spec[fn, 1]] = 1 if v != 0 else 0
-        return p
-    if wt == 2 and act == A_STRING:
-        q, ln = read_length_delimited(buf, p, end)
-        if q < 0:
-            return -1
-        row[spec[fn, 1]] = fnv1a(buf, q, ln)
-        row[spec[fn, 2]] = q
-        row[spec[fn, 3]] = ln
-        return q + ln
-    if wt == 1 and act == A_DOUBLE:
-        if p + 8 > end:
-            return -1
-        row[spec[fn, 1]] = read_u64le(buf, p)
-        return p + 8
-    return skip_field(buf, p, end, wt)
-
-
-@njit(cache=True, nogil=True)
-def decode_metadata(buf, p, end, F, i, spec):  # pragma: no cover - compiled
-    """LogEntryMetadata in buf[p:end] into frame column F[:, i]; False when malformed."""
+def decode_metadata(buf, p, end, F, i, M):  # pragma: no cover - compiled
+    """LogEntryMetadata (field numbers M) in buf[p:end] into frame column F[:, i]; False when malformed."""
     for c in range(F_KIND, F_PAYOFF):
         F[c, i] = 0
-    row = F[:, i]
     while p < end:
         tag, p = read_varint(buf, p, end)
         if p < 0:
             return False
-        p = read_field(buf, p, end, tag & 7, spec, tag >> 3, row)
-        if p < 0:
-            return False
+        fn = tag >> 3
+        wt = tag & 7
+        if wt == 0 and (fn == M.kind or fn == M.write_time_us or fn == M.log_index or fn == M.receive_time_us
+                        or fn == M.publisher_sequence or fn == M.publisher_incarnation
+                        or fn == M.publish_time_ms or fn == M.payload_kept):
+            v, p = read_varint(buf, p, end)
+            if p < 0:
+                return False
+            if fn == M.kind:
+                F[F_KIND, i] = v
+            elif fn == M.write_time_us:
+                F[F_WRITE_US, i] = v
+            elif fn == M.log_index:
+                F[F_INDEX, i] = v
+            elif fn == M.receive_time_us:
+                F[F_RECV_US, i] = v
+            elif fn == M.publisher_sequence:
+                F[F_SEQ, i] = v
+            elif fn == M.publisher_incarnation:
+                F[F_INC, i] = v
+            elif fn == M.publish_time_ms:
+                F[F_PUB_MS, i] = v
+            else:
+                F[F_KEPT, i] = 1 if v != 0 else 0
+        elif wt == 2 and (fn == M.daemon_id or fn == M.publisher_id):
+            q, ln = read_length_delimited(buf, p, end)
+            if q < 0:
+                return False
+            if fn == M.daemon_id:
+                F[F_DOFF, i] = q
+                F[F_DLEN, i] = ln
+                F[F_DHASH, i] = fnv1a(buf, q, ln)
+            else:
+                F[F_POFF, i] = q
+                F[F_PLEN, i] = ln
+                F[F_PHASH, i] = fnv1a(buf, q, ln)
+            p = q + ln
+        else:
+            p = skip_field(buf, p, end, wt)
+            if p < 0:
+                return False
     return True
 
 
 @njit(cache=True, nogil=True)
-def try_frame(buf, pos, t, F, i, spec):  # pragma: no cover - compiled
+def try_frame(buf, pos, t, F, i, M):  # pragma: no cover - compiled
     """Decode the frame at `pos` into F[:, i]; returns (reason, end): reason 0 = good."""
     n = buf.size
     if n - pos < 8:
@@ -298,7 +310,7 @@ def try_frame(buf, pos, t, F, i, spec):  # pragma: no cover - compiled
         return 3, 0
     if crc32(buf, pos + 4, end - 4, t) != read_u32be(buf, end - 4):
         return 5, 0
-    if not decode_metadata(buf, pos + 8, pos + 8 + mlen, F, i, spec):
+    if not decode_metadata(buf, pos + 8, pos + 8 + mlen, F, i, M):
         return 6, 0
     F[F_OFF, i] = pos
     F[F_END, i] = end
@@ -331,7 +343,7 @@ def count_frames(buf):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def scan_frames(buf, t, cap, spec):  # pragma: no cover - compiled
+def scan_frames(buf, t, cap, M):  # pragma: no cover - compiled
     """Every good frame of a segment, with resync. Returns (F[:, :nf], stats, problems) or nf=-1 if cap too small.
 
     stats: [frames, corrupt_regions, bytes_skipped, tail_bytes]
@@ -347,7 +359,7 @@ def scan_frames(buf, t, cap, spec):  # pragma: no cover - compiled
     while pos < n:
         if nf >= cap:
             return F, stats, problems, -1, nprob
-        reason, end = try_frame(buf, pos, t, F, nf, spec)
+        reason, end = try_frame(buf, pos, t, F, nf, M)
         if reason == 0:
             nf += 1
             pos = end
@@ -357,7 +369,7 @@ def scan_frames(buf, t, cap, spec):  # pragma: no cover - compiled
         found = -1
         while q + 4 <= n:
             if buf[q] == MAGIC0 and buf[q + 1] == MAGIC1 and buf[q + 2] == MAGIC2 and buf[q + 3] == MAGIC3:
-                r2, e2 = try_frame(buf, q, t, F, nf, spec)
+                r2, e2 = try_frame(buf, q, t, F, nf, M)
                 if r2 == 0:
                     found = q
                     end = e2
@@ -381,26 +393,74 @@ def scan_frames(buf, t, cap, spec):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def decode_kind(buf, p, end, spec, counts, lims, row, base):  # pragma: no cover - compiled
-    """KindUsage in buf[p:end]: its counts into counts[row, base:base+PER_KIND], its doubles (as bits)
-    into lims[row, base:base+PER_KIND]; False when malformed."""
+def decode_kind(buf, p, end, K, counts, lims, row, base):  # pragma: no cover - compiled
+    """KindUsage (field numbers K) in buf[p:end]: its counts into counts[row, base:base+PER_KIND] in
+    COUNT_FIELDS order, its doubles (as bits) into lims[row, base:...] in LIMIT_FIELDS order; False when
+    malformed."""
     while p < end:
         tag, p = read_varint(buf, p, end)
         if p < 0:
             return False
         fn = tag >> 3
         wt = tag & 7
-        act = spec[fn, 0] if fn < spec.shape[0] else A_SKIP
-        if wt == 0 and act == A_VARINT:
+        c = -1
+        if wt == 0:
+            if fn == K.admitted_messages:
+                c = 0
+            elif fn == K.admitted_bytes:
+                c = 1
+            elif fn == K.throttled_messages:
+                c = 2
+            elif fn == K.throttled_bytes:
+                c = 3
+        elif wt == 1:
+            if fn == K.limit_messages:
+                c = 0
+            elif fn == K.limit_bytes:
+                c = 1
+            elif fn == K.quota_messages:
+                c = 2
+            elif fn == K.quota_bytes:
+                c = 3
+        if c < 0:
+            p = skip_field(buf, p, end, wt)
+            if p < 0:
+                return False
+        elif wt == 0:
             v, p = read_varint(buf, p, end)
             if p < 0:
                 return False
-            counts[row, base + spec[fn, 1]] = v
-        elif wt == 1 and act == A_DOUBLE:
+            counts[row, base + c] = v
+        else:
             if p + 8 > end:
                 return False
-            lims[row, base + spec[fn, 1]] = read_u64le(buf, p)
+            lims[row, base + c] = read_u64le(buf, p)
             p += 8
+    return True
+
+
+@njit(cache=True, nogil=True)
+def decode_group(buf, p, end, G, slots, K, gmeta, counts, lims, row):  # pragma: no cover - compiled
+    """GroupUsage (field numbers G; `slots`: field number -> kind index) in buf[p:end] into group row
+    `row`; False when malformed."""
+    while p < end:
+        tag, p = read_varint(buf, p, end)
+        if p < 0:
+            return False
+        fn = tag >> 3
+        wt = tag & 7
+        slot = slots[fn] if fn < slots.size else -1
+        if wt == 2 and (fn == G.group or slot >= 0):
+            q, ln = read_length_delimited(buf, p, end)
+            if q < 0:
+                return False
+            if fn == G.group:
+                gmeta[row, G_NOFF] = q
+                gmeta[row, G_NLEN] = ln
+                gmeta[row, G_HASH] = fnv1a(buf, q, ln)
+            elif not decode_kind(buf, q, q + ln, K, counts, lims, row, PER_KIND * slot):
+                return False
+            p = q + ln
         else:
             p = skip_field(buf, p, end, wt)
             if p < 0:
@@ -409,32 +469,10 @@ def decode_kind(buf, p, end, spec, counts, lims, row, base):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def decode_group(buf, p, end, gspec, kspec, gmeta, counts, lims, row):  # pragma: no cover - compiled
-    """GroupUsage in buf[p:end] into group row `row` (its name into gmeta, each kind into its
-    PER_KIND columns); False when malformed."""
-    grow = gmeta[row]
-    while p < end:
-        tag, p = read_varint(buf, p, end)
-        if p < 0:
-            return False
-        fn = tag >> 3
-        wt = tag & 7
-        if wt == 2 and fn < gspec.shape[0] and gspec[fn, 0] == A_MESSAGE:
-            q, ln = read_length_delimited(buf, p, end)
-            if q < 0 or not decode_kind(buf, q, q + ln, kspec, counts, lims, row, PER_KIND * gspec[fn, 1]):
-                return False
-            p = q + ln
-        else:
-            p = read_field(buf, p, end, wt, gspec, fn, grow)
-            if p < 0:
-                return False
-    return True
+def decode_reports(buf, pay_off, pay_len, gcap, RF, G, slots, K, ncols):  # pragma: no cover - compiled
+    """Decode UsageReport payloads (field numbers RF; group and kind numbers G, slots, K).
 
-
-@njit(cache=True, nogil=True)
-def decode_reports(buf, pay_off, pay_len, gcap, rspec, gspec, kspec, ncols):  # pragma: no cover - compiled
-    """Decode UsageReport payloads. Returns (R, gmeta, counts, limit bits, ng); ng = -1 if gcap too small.
-
+    Returns (R, gmeta, counts, limit bits, ng); ng = -1 if gcap too small.
     `ncols` = PER_KIND * number of kinds: the width of counts and limits."""
     nr = pay_off.size
     R = np.zeros((nr, R_COLS), dtype=np.int64)
@@ -448,8 +486,8 @@ def decode_reports(buf, pay_off, pay_len, gcap, rspec, gspec, kspec, ncols):  # 
         end = p + pay_len[r]
         start_ng = ng
         ok = True
-        row = R[r]
-        row[R_DHASH] = empty_hash
+        restated = False
+        R[r, R_DHASH] = empty_hash
         while p < end:
             tag, p = read_varint(buf, p, end)
             if p < 0:
@@ -457,37 +495,60 @@ def decode_reports(buf, pay_off, pay_len, gcap, rspec, gspec, kspec, ncols):  # 
                 break
             fn = tag >> 3
             wt = tag & 7
-            if wt == 2 and fn < rspec.shape[0] and rspec[fn, 0] == A_MESSAGE:  # one more group
+            if wt == 0 and (fn == RF.sequence or fn == RF.publish_time_ms or fn == RF.tick_ms or fn == RF.leaving
+                            or fn == RF.incarnation or fn == RF.restatement):
+                v, p = read_varint(buf, p, end)
+                if p < 0:
+                    ok = False
+                    break
+                if fn == RF.sequence:
+                    R[r, R_SEQ] = v
+                elif fn == RF.publish_time_ms:
+                    R[r, R_PUB_MS] = v
+                elif fn == RF.tick_ms:
+                    R[r, R_TICK_MS] = v & 0xFFFFFFFF
+                elif fn == RF.leaving:
+                    R[r, R_LEAVING] = 1 if v != 0 else 0
+                elif fn == RF.restatement:
+                    restated = v != 0
+                else:
+                    R[r, R_INC] = v
+            elif wt == 2 and (fn == RF.daemon_id or fn == RF.groups):
                 q, ln = read_length_delimited(buf, p, end)
                 if q < 0:
                     ok = False
                     break
-                if ng >= gcap:
-                    return R, gmeta, counts, lims, -1
-                gmeta[ng, G_REP] = r
-                gmeta[ng, G_HASH] = empty_hash
-                gmeta[ng, G_NOFF] = 0
-                gmeta[ng, G_NLEN] = 0
-                for c in range(ncols):
-                    counts[ng, c] = 0
-                    lims[ng, c] = 0
-                if not decode_group(buf, q, q + ln, gspec, kspec, gmeta, counts, lims, ng):
-                    ok = False
-                    break
-                ng += 1
+                if fn == RF.daemon_id:
+                    R[r, R_DOFF] = q
+                    R[r, R_DLEN] = ln
+                    R[r, R_DHASH] = fnv1a(buf, q, ln)
+                else:
+                    if ng >= gcap:
+                        return R, gmeta, counts, lims, -1
+                    gmeta[ng, G_REP] = r
+                    gmeta[ng, G_HASH] = empty_hash
+                    gmeta[ng, G_NOFF] = 0
+                    gmeta[ng, G_NLEN] = 0
+                    for c in range(ncols):
+                        counts[ng, c] = 0
+                        lims[ng, c] = 0
+                    if not decode_group(buf, q, q + ln, G, slots, K, gmeta, counts, lims, ng):
+                        ok = False
+                        break
+                    ng += 1
                 p = q + ln
             else:
-                p = read_field(buf, p, end, wt, rspec, fn, row)
+                p = skip_field(buf, p, end, wt)
                 if p < 0:
                     ok = False
                     break
-        if ok and row[R_RESTATED] != 0:
+        if ok and restated:
             # A restatement for a new member repeats counts already logged: not new usage.
             ng = start_ng
-            row[R_OK] = 1
+            R[r, R_OK] = 1
         elif ok:
-            row[R_OK] = 1
-            row[R_NGROUPS] = ng - start_ng
+            R[r, R_OK] = 1
+            R[r, R_NGROUPS] = ng - start_ng
         else:
             ng = start_ng  # a malformed report contributes no group rows
     return R, gmeta, counts, lims, ng
@@ -540,7 +601,7 @@ def decode_segment(data: bytes | bytearray | memoryview | np.ndarray, name: str 
     counted, reached = count_frames(buf)
     cap = counted + (n - reached) // 48 + 16
     while True:
-        F, stats, problems, nf, nprob = scan_frames(buf, CRC_TABLES, cap, META_SPEC)
+        F, stats, problems, nf, nprob = scan_frames(buf, CRC_TABLES, cap, META_FIELDS)
         if nf >= 0:
             break
         cap = min(2 * cap, n // 16 + 16)
@@ -552,8 +613,8 @@ def decode_segment(data: bytes | bytearray | memoryview | np.ndarray, name: str 
     pay_len = F[F_PAYLEN, published]
     gcap = int(pay_len.sum()) // 64 + 16
     while True:
-        R, gmeta, counts, lims, ng = decode_reports(buf, pay_off, pay_len, gcap, REPORT_SPEC, GROUP_SPEC, KIND_SPEC,
-                                                    PER_KIND * len(KINDS))
+        R, gmeta, counts, lims, ng = decode_reports(buf, pay_off, pay_len, gcap, REPORT_FIELDS, GROUP_FIELDS,
+                                                    KIND_SLOTS, KIND_FIELDS, PER_KIND * len(KINDS))
         if ng >= 0:
             break
         gcap = 2 * gcap
