@@ -331,3 +331,27 @@ def test_the_report_kinds_are_the_daemons_kinds() -> None:
     assert DIMS == tuple(f"{k}_{u}" for k in DAEMON_KINDS for u in ("messages", "bytes"))
     assert TOTAL_COLS[:4] == ("publish_messages_admitted", "publish_bytes_admitted", "publish_messages_throttled",
                               "publish_bytes_throttled")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0.0, 1000.0, 2000.0]), st.floats(0, 1e6, width=32),
+                          st.floats(0, 1e3, width=32), st.sampled_from([50.0, 60.0, float("inf")]),
+                          st.sampled_from([100.0, 200.0, float("inf"), float("nan")])), min_size=1, max_size=40),
+       st.integers(1, 3))
+def test_blob_round_trip(cells: list[tuple], ndims: int) -> None:
+    """pack_blob/unpack_blob: reports and tick lengths exact everywhere, counts as float32, limits and quotas
+    exact wherever a report is (the only buckets the reducer reads them at)."""
+    from rgd.report.series import pack_blob, unpack_blob
+
+    rep, tick, adm, thr, lim, quo = (np.array(c, dtype=float) for c in zip(*cells))
+    per_dim = [(adm * (d + 1), thr, lim, quo) for d in range(ndims)]
+    dims = sum(1 << d for d in range(ndims))
+    out = unpack_blob(pack_blob(rep, tick, per_dim), rep.size, dims)
+    assert out[("reports", -1)].tolist() == rep.astype(np.int64).tolist()
+    assert out[("tick_ms", -1)].tolist() == tick.tolist()
+    has = rep > 0
+    for d in range(ndims):
+        assert out[("admitted", d)].tolist() == (adm * (d + 1)).astype(np.float32).tolist()
+        assert out[("throttled", d)].tolist() == thr.astype(np.float32).tolist()
+        np.testing.assert_array_equal(out[("limit", d)][has], lim[has])
+        np.testing.assert_array_equal(out[("quota", d)][has], quo[has])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from rgd.report.decode import (
-    F_DHASH, F_INC, F_INDEX, F_PHASH, F_PUB_MS, F_RECV_US, F_SEQ, G_HASH, G_REP, R_DHASH, R_INC, R_LEAVING,
+    F_DHASH, F_INC, F_INDEX, F_PHASH, F_PUB_MS, F_RECV_US, F_SEQ, R_DHASH, R_INC, R_LEAVING,
     R_NGROUPS, R_OK, R_PUB_MS, R_SEQ, R_TICK_MS, decode_segment,
 )
 from rgd.report.merge import SegmentMeta
@@ -54,23 +54,12 @@ def process_segment(data: bytes, uri: str, grid: Grid) -> tuple[list[SeriesRow],
             "pub_ms": Rk[:, R_PUB_MS], "tick_ms": Rk[:, R_TICK_MS], "leaving": Rk[:, R_LEAVING],
             "groups": Rk[:, R_NGROUPS], "order": F[F_INDEX, seg.published[ok]],
         }
-        gm = seg.group_meta
-        if gm.shape[0]:
-            gu, gi = np.unique(gm[:, G_HASH], return_inverse=True)
-            du, di = np.unique(R[gm[:, G_REP], R_DHASH], return_inverse=True)
-            key = gi * du.size + di
-            o = np.argsort(key, kind="stable")
-            k = key[o]
-            starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
-            sums = np.add.reduceat(seg.counts[o], starts, axis=0)
-            ks = k[starts]
-            meta.totals = {"group": gu[ks // du.size], "daemon": du[ks % du.size], "counts": sums}
         rc = seg.receipts
         if rc.size:
             meta.receipt_tables = reduce_receipts(
                 F[F_DHASH, rc], F[F_PHASH, rc], F[F_INC, rc], F[F_SEQ, rc], F[F_RECV_US, rc], F[F_PUB_MS, rc],
                 order=meta.first_index, grid_ms=grid.grid_ms)
-        rows = segment_series(seg, grid)
+        rows, meta.totals = segment_series(seg, grid)
         if rows:
             meta.series_keys = np.unique(np.array([(r.group_key, r.chunk) for r in rows], np.int64), axis=0)
     except Exception as exc:  # a decoder bug must not sink the whole report
