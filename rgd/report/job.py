@@ -232,19 +232,17 @@ def _decode_partitions(grid: Grid, meta_dir: str, tasks: list[list[tuple[int, st
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        from rgd.report.task import process_segment, read_uri
+        from rgd.report.task import process_segment, segment_bytes
 
         names = ["group_key", "chunk", "daemon_key", "order", "b0", "n", "dims", "blob"]
         todo = [seg for batch in batches for t in batch.column("id").to_pylist() for seg in tasks[t]]
         for seg_id, uri in todo:
             try:
-                data = read_uri(uri)
+                with segment_bytes(uri) as data:
+                    rows, meta = process_segment(data, uri, grid)  # never raises
             except Exception as exc:  # unreadable: reported, never fatal
                 meta = SegmentMeta(uri=uri, size=0, error=f"cannot read: {type(exc).__name__}: {exc}")
                 rows: list[SeriesRow] = []
-            else:
-                rows, meta = process_segment(data, uri, grid)
-                del data
             ctx_part = SegmentMeta(uri=meta.uri, size=meta.size, error=meta.error, names=meta.names,
                                    headers=meta.headers)
             _put_pickle(f"{meta_dir}/{seg_id:07d}.ctx.pkl", ctx_part)
@@ -311,15 +309,18 @@ def _analyze_groups(meta_dir: str, ticks_dir: str, shares_dir: str, grid: Grid, 
 
         from rgd.report.analyze import analyze_chunk
 
-
-        cols = {c: table.column(c).to_pylist() for c in
+        empty = pa.table({"group_key": pa.array([], pa.int64()), "blob": pa.array([], pa.binary())})
+        if not table.num_rows:
+            return empty
+        ctx = _context(meta_dir, grid, opts)
+        g, c = table.column("group_key")[0].as_py(), table.column("chunk")[0].as_py()
+        if grid.chunk_start(c) > ctx.t_last or grid.chunk_start(c + 1) <= ctx.t_first:
+            return empty  # only lookback rows for a chunk past the data: no tick of it has figures
+        cols = {name: table.column(name).to_pylist() for name in
                 ("group_key", "chunk", "daemon_key", "order", "b0", "n", "dims", "blob")}
         rows = [SeriesRow(*vals) for vals in zip(cols["group_key"], cols["chunk"], cols["daemon_key"],
                                                  cols["order"], cols["b0"], cols["n"], cols["dims"], cols["blob"])]
-        if not rows:
-            return pa.table({"group_key": pa.array([], pa.int64()), "blob": pa.array([], pa.binary())})
-        g, c = rows[0].group_key, rows[0].chunk
-        res = analyze_chunk(g, c, rows, _context(meta_dir, grid, opts))
+        res = analyze_chunk(g, c, rows, ctx)
         name = f"part-{g & 0xFFFFFFFFFFFFFFFF:016x}-{c & 0xFFFFFFFF:08x}.parquet"
         if res.ticks is not None and res.ticks.num_rows:
             _put_parquet(f"{ticks_dir}/{name}", res.ticks)

@@ -8,6 +8,11 @@ segment that cannot be read or decoded comes back as a SegmentMeta with
 
 from __future__ import annotations
 
+import mmap
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
 import numpy as np
 
 from rgd.report.decode import (
@@ -18,20 +23,46 @@ from rgd.report.merge import SegmentMeta
 from rgd.report.receipts import reduce_receipts
 from rgd.report.series import Grid, SeriesRow, segment_series
 from rgd.storage import filesystem, scheme
+from rgd.usage_log.segment import CLOSED_SUFFIX
+
+
+@contextmanager
+def segment_bytes(uri: str) -> Iterator[bytes | mmap.mmap]:
+    """The whole file at `uri` (a local path or any fsspec URI).
+
+    A closed local segment is memory-mapped: the decoder reads the page cache
+    in place instead of a 30 MB copy per segment (about 5 % of a segment's
+    decode). Only closed ones: they never change, while an `.open` segment may
+    be truncated by its daemon's recovery, and a mapping of a shrinking file
+    faults (SIGBUS) instead of raising.
+    """
+    if scheme(uri):
+        fs, path = filesystem(uri)
+        with fs.open(path, "rb") as fh:
+            yield fh.read()
+        return
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    with open(path, "rb") as fh:
+        if not path.endswith(CLOSED_SUFFIX) or os.fstat(fh.fileno()).st_size == 0:
+            yield fh.read()
+            return
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        yield mm
+    finally:
+        try:
+            mm.close()
+        except BufferError:  # a view still refers to it: the garbage collector closes it later
+            pass
 
 
 def read_uri(uri: str) -> bytes:
-    """Whole file at `uri` (a local path or any fsspec URI)."""
-    if not scheme(uri):
-        path = uri[len("file://"):] if uri.startswith("file://") else uri
-        with open(path, "rb") as fh:
-            return fh.read()
-    fs, path = filesystem(uri)
-    with fs.open(path, "rb") as fh:
-        return fh.read()
+    """Whole file at `uri` as bytes (tools and tests; the report itself uses segment_bytes)."""
+    with segment_bytes(uri) as data:
+        return bytes(data)
 
 
-def process_segment(data: bytes, uri: str, grid: Grid) -> tuple[list[SeriesRow], SegmentMeta]:
+def process_segment(data: bytes | mmap.mmap, uri: str, grid: Grid) -> tuple[list[SeriesRow], SegmentMeta]:
     meta = SegmentMeta(uri=uri, size=len(data))
     try:
         seg = decode_segment(data, uri)
