@@ -355,3 +355,64 @@ def test_blob_round_trip(cells: list[tuple], ndims: int) -> None:
         assert out[("throttled", d)].tolist() == thr.astype(np.float32).tolist()
         np.testing.assert_array_equal(out[("limit", d)][has], lim[has])
         np.testing.assert_array_equal(out[("quota", d)][has], quo[has])
+
+
+def _assemble_reference(rows, w0: int, width: int) -> dict:
+    """Oracle for series.assemble: the plain numpy version over unpack_blob, one row after another."""
+    from rgd.report.series import unpack_blob
+
+    daemons = sorted({r.daemon_key for r in rows})
+    D = len(daemons)
+    dims = 0
+    for r in rows:
+        dims |= r.dims
+    ks = [k for k in range(len(DIMS)) if dims >> k & 1]
+    out = {"reports": np.zeros((D, width), np.int64), "tick": np.zeros((D, width))}
+    for k in ks:
+        out[("adm", k)], out[("thr", k)] = np.zeros((D, width)), np.zeros((D, width))
+        out[("lim", k)], out[("quo", k)] = np.full((D, width), np.nan), np.full((D, width), np.nan)
+    for r in sorted(rows, key=lambda r: (r.daemon_key, r.order)):
+        d = daemons.index(r.daemon_key)
+        a = unpack_blob(r.blob, r.n, r.dims)
+        for i in range(r.n):
+            t = r.b0 + i - w0
+            if not 0 <= t < width:
+                continue
+            rep = a[("reports", -1)][i]
+            out["reports"][d, t] += rep
+            out["tick"][d, t] += a[("tick_ms", -1)][i]
+            for k in ks:
+                if r.dims >> k & 1:
+                    out[("adm", k)][d, t] += a[("admitted", k)][i]
+                    out[("thr", k)][d, t] += a[("throttled", k)][i]
+                if rep > 0:
+                    out[("lim", k)][d, t] = a[("limit", k)][i] if r.dims >> k & 1 else np.inf
+                    out[("quo", k)][d, t] = a[("quota", k)][i] if r.dims >> k & 1 else np.inf
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(1, 25), st.integers(1, 3),
+                          st.integers(0, 2**31)), min_size=1, max_size=8), st.integers(0, 20), st.integers(1, 30))
+def test_assemble_matches_the_plain_version(specs: list[tuple], w0: int, width: int) -> None:
+    """Rows of several daemons and segments, overlapping, clipped by the window, with differing dimensions."""
+    from rgd.report.series import SeriesRow, assemble, pack_blob
+
+    rows = []
+    for order, (daemon, b0, n, dims, seed) in enumerate(specs):
+        rng = np.random.default_rng(seed)
+        rep = rng.integers(0, 3, n).astype(float)
+        tick = np.where(rep > 0, 1000.0 * rep, 0.0)
+        per_dim = [(rng.integers(0, 50, n).astype(float), rng.integers(0, 5, n).astype(float),
+                    rng.choice([10.0, 20.0, np.inf], n), rng.choice([100.0, np.inf], n))
+                   for k in range(len(DIMS)) if dims >> k & 1]
+        rows.append(SeriesRow(1, 0, daemon, order, b0, n, dims, pack_blob(rep, tick, per_dim)))
+    m = assemble(rows, w0, width)
+    ref = _assemble_reference(rows, w0, width)
+    np.testing.assert_array_equal(m.reports, ref["reports"])
+    np.testing.assert_array_equal(m.tick_ms, ref["tick"])
+    for k in m.admitted:
+        np.testing.assert_array_equal(m.admitted[k], ref[("adm", k)])
+        np.testing.assert_array_equal(m.throttled[k], ref[("thr", k)])
+        np.testing.assert_array_equal(m.limit[k], ref[("lim", k)])
+        np.testing.assert_array_equal(m.quota[k], ref[("quo", k)])

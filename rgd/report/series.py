@@ -97,8 +97,9 @@ def _rle(cols, filled):  # pragma: no cover - compiled
 def pack_blob(reports: np.ndarray, tick_ms: np.ndarray, per_dim: list[tuple[np.ndarray, ...]]) -> bytes:
     """Series arrays of one row -> bytes.
 
-    Layout: int32 run count of each run-length column; all their int32 run
-    starts, then all their float64 run values, column after column: reports
+    Layout: int32 run count of each run-length column; all their float64 run
+    values, then all their int32 run starts, column after column (values
+    first, so they stay 8-byte aligned): reports
     per bucket, summed tick_ms, then per dimension the limit and the quota;
     then per dimension float32 admitted[n] and throttled[n]. Counts as float32
     (rates need no more; exact totals travel in SegmentMeta.totals). Reports,
@@ -116,7 +117,7 @@ def pack_blob(reports: np.ndarray, tick_ms: np.ndarray, per_dim: list[tuple[np.n
     filled = np.ones(cols.shape[1], np.bool_)
     filled[:2] = False
     counts, starts, values = _rle(cols, filled)
-    parts = [counts.tobytes(), starts.tobytes(), values.tobytes()]
+    parts = [counts.tobytes(), values.tobytes(), starts.tobytes()]
     for adm, thr, _, _ in per_dim:
         parts += [adm.astype(np.float32).tobytes(), thr.astype(np.float32).tobytes()]
     return b"".join(parts)
@@ -129,8 +130,8 @@ def unpack_blob(blob: bytes, n: int, dims: int) -> dict[tuple[str, int], np.ndar
     nruns = np.frombuffer(blob, np.int32, count=ncols)
     total = int(nruns.sum())
     off = 4 * ncols
-    starts = np.frombuffer(blob, np.int32, count=total, offset=off)
-    values = np.frombuffer(blob, np.float64, count=total, offset=off + 4 * total)
+    values = np.frombuffer(blob, np.float64, count=total, offset=off)
+    starts = np.frombuffer(blob, np.int32, count=total, offset=off + 8 * total)
     off += 12 * total
     bounds = np.concatenate(([0], np.cumsum(nruns)))
     cols = []
@@ -261,44 +262,82 @@ class ChunkMatrix:
     quota: dict[int, np.ndarray]
 
 
+@njit(cache=True, nogil=True)
+def _scatter(reports, tick, A, T, L, Q, d, src_lo, dst_lo, count, n, nruns, values, starts, dense, rpos,
+             missing):  # pragma: no cover - compiled
+    """One row's blob sections into daemon row `d` of the chunk matrices, buckets [src_lo, src_lo + count)
+    of the row to [dst_lo, ...) of the chunk. Reports, tick lengths and counts add up; where this row has
+    a report, its limit and quota replace what an earlier segment said. `rpos`: matrix slot of each of the
+    row's dimensions; `missing`: slots of dimensions the row does not carry (where it reports: unlimited)."""
+    ncols = nruns.size
+    cols = np.empty((ncols, count))
+    k = 0
+    for j in range(ncols):  # expand the runs over the buckets taken
+        for r in range(nruns[j]):
+            s0 = starts[k + r]
+            s1 = starts[k + r + 1] if r + 1 < nruns[j] else n
+            for i in range(max(s0, src_lo), min(s1, src_lo + count)):
+                cols[j, i - src_lo] = values[k + r]
+        k += nruns[j]
+    for i in range(count):
+        t = dst_lo + i
+        rep = cols[0, i]
+        reports[d, t] += np.int64(rep)
+        tick[d, t] += cols[1, i]
+        has = rep > 0
+        for m in range(rpos.size):
+            p = rpos[m]
+            A[p, d, t] += dense[2 * m * n + src_lo + i]
+            T[p, d, t] += dense[(2 * m + 1) * n + src_lo + i]
+            if has:
+                L[p, d, t] = cols[2 + 2 * m, i]
+                Q[p, d, t] = cols[3 + 2 * m, i]
+        if has:
+            for p in missing:
+                L[p, d, t] = np.inf
+                Q[p, d, t] = np.inf
+
+
 def assemble(rows: list[SeriesRow], w0: int, width: int) -> ChunkMatrix:
-    """Scatter a chunk's rows into dense matrices (sum counts; later segments overwrite limits)."""
+    """Scatter a chunk's rows into dense matrices (sum counts; later segments overwrite limits).
+
+    Rows go in (daemon, log order), so a later segment's limit wins where two
+    segments of a daemon cover the same bucket. A row that does not carry a
+    dimension reported no traffic and no quota in it: zeros, unlimited.
+    """
     daemons = np.array(sorted({r.daemon_key for r in rows}), dtype=np.int64)
     di = {k: i for i, k in enumerate(daemons.tolist())}
     D = daemons.size
-    reports = np.zeros((D, width), np.int64)
-    tick = np.zeros((D, width))
     dims = 0
     for r in rows:
         dims |= r.dims
-    adm = {k: np.zeros((D, width)) for k in range(len(DIMS)) if dims >> k & 1}
-    thr = {k: np.zeros((D, width)) for k in adm}
-    lim = {k: np.full((D, width), np.nan) for k in adm}
-    quo = {k: np.full((D, width), np.nan) for k in adm}
+    union = [k for k in range(len(DIMS)) if dims >> k & 1]
+    slot = {k: i for i, k in enumerate(union)}
+    K = len(union)
+    reports = np.zeros((D, width), np.int64)
+    tick = np.zeros((D, width))
+    A = np.zeros((K, D, width))
+    T = np.zeros((K, D, width))
+    L = np.full((K, D, width), np.nan)
+    Q = np.full((K, D, width), np.nan)
     for r in sorted(rows, key=lambda r: (r.daemon_key, r.order)):
-        d = di[r.daemon_key]
         lo = max(r.b0, w0)
         hi = min(r.b0 + r.n, w0 + width)
         if lo >= hi:
             continue
-        a = unpack_blob(r.blob, r.n, r.dims)
-        src = slice(lo - r.b0, hi - r.b0)
-        dst = slice(lo - w0, hi - w0)
-        rep = a[("reports", -1)][src]
-        reports[d, dst] += rep
-        tick[d, dst] += a[("tick_ms", -1)][src]
-        has = rep > 0
-        for k in adm:
-            if not r.dims >> k & 1:
-                # this daemon reported no traffic and no quota in k: zeros, unlimited
-                lim[k][d, dst] = np.where(has, np.inf, lim[k][d, dst])
-                quo[k][d, dst] = np.where(has, np.inf, quo[k][d, dst])
-                continue
-            adm[k][d, dst] += a[("admitted", k)][src]
-            thr[k][d, dst] += a[("throttled", k)][src]
-            lim[k][d, dst] = np.where(has, a[("limit", k)][src], lim[k][d, dst])
-            quo[k][d, dst] = np.where(has, a[("quota", k)][src], quo[k][d, dst])
-    return ChunkMatrix(w0, daemons, reports, tick, adm, thr, lim, quo)
+        present = [k for k in union if r.dims >> k & 1]
+        ncols = 2 + 2 * len(present)
+        nruns = np.frombuffer(r.blob, np.int32, count=ncols)
+        total = int(nruns.sum())
+        off = 4 * ncols
+        values = np.frombuffer(r.blob, np.float64, count=total, offset=off)
+        starts = np.frombuffer(r.blob, np.int32, count=total, offset=off + 8 * total)
+        dense = np.frombuffer(r.blob, np.float32, count=2 * len(present) * r.n, offset=off + 12 * total)
+        _scatter(reports, tick, A, T, L, Q, di[r.daemon_key], lo - r.b0, lo - w0, hi - lo, r.n, nruns, values,
+                 starts, dense, np.array([slot[k] for k in present], np.int64),
+                 np.array([slot[k] for k in union if not r.dims >> k & 1], np.int64))
+    return ChunkMatrix(w0, daemons, reports, tick, {k: A[slot[k]] for k in union}, {k: T[slot[k]] for k in union},
+                       {k: L[slot[k]] for k in union}, {k: Q[slot[k]] for k in union})
 
 
 def forward_fill_index(reported: np.ndarray, w0: int, group_ttl: int,
