@@ -169,7 +169,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
         return 2
     try:
         summary = run_report(ns.path, ns.out, master=ns.master, options=ReportOptions(spark_conf=tuple(conf)))
-    except (ExecutorSetupError, StorageSetupError) as exc:
+    except (ExecutorSetupError, StorageSetupError, FileNotFoundError) as exc:
         print(f"rgd report: {exc}", file=sys.stderr)
         return 2
     print(f"report written to {ns.out}/report.html ({summary.get('group_rows', '?')} group rows)")

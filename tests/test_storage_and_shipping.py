@@ -107,6 +107,10 @@ def test_report_cli_arguments(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "is not KEY=VALUE" in bad.stderr
     missing = subprocess.run([sys.executable, "-m", "rgd.cli", "report"], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "PATH_OR_URI and --out are required" in missing.stderr
+    nowhere = subprocess.run([sys.executable, "-m", "rgd.cli", "report", str(tmp_path / "typo"), "--out",
+                              str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    assert nowhere.returncode == 2 and f"rgd report: {tmp_path / 'typo'}: no such file or directory" in nowhere.stderr
+    assert not (tmp_path / "o").exists()
     helptext = subprocess.run([sys.executable, "-m", "rgd.cli", "report", "--help"], capture_output=True, text=True,
                               timeout=60).stdout
     for needle in ("--executor-requirements", "addPyFile", "numba", "PYSPARK_PYTHON", "rgd[s3]"):

@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator
@@ -129,6 +130,8 @@ class Progress:
 def list_segments(path_or_uri: str) -> list[tuple[str, int]]:
     """(uri, size) of every segment under a directory/URI (or the one file given), largest first."""
     fs, root = filesystem(path_or_uri)
+    if not fs.exists(root):
+        raise FileNotFoundError(f"{path_or_uri}: no such file or directory")
     if fs.isfile(root):
         found = {root: fs.info(root)}
     else:
@@ -422,19 +425,31 @@ def run_report(path_or_uri: str, out_dir: str, master: str | None = None, progre
     opts = options or ReportOptions()
     prog = Progress(progress)
     t_start = time.monotonic()
-    with prog.stage("list", path_or_uri):
-        segments = list_segments(path_or_uri)
-        total_bytes = sum(s for _, s in segments)
-        prog.say(f"{len(segments)} segments, {total_bytes / 1e6:.1f} MB")
-    sampled_tick, earliest_ms = _sample_grid(segments)
-    grid_ms = opts.tick_ms or sampled_tick or 1000
-    lookback = max(opts.group_ttl_ticks, 1) + 1
-    origin = earliest_ms // grid_ms if earliest_ms is not None else 0
-    grid = Grid(grid_ms, opts.chunk_ticks, lookback, origin)
     own_session = spark is None
-    with prog.stage("spark", master or "local[*]"):
-        if own_session:
-            spark = spark_session(master, opts, progress)
+    # The JVM takes seconds to start and waits on nothing here: start it while the segments are
+    # listed and sampled (py4j is thread-safe; the session is the same either way).
+    starting = ThreadPoolExecutor(1, thread_name_prefix="rgd-spark-start") if own_session else None
+    pending = starting.submit(spark_session, master, opts, progress) if starting else None
+    try:
+        with prog.stage("list", path_or_uri):
+            segments = list_segments(path_or_uri)
+            total_bytes = sum(s for _, s in segments)
+            prog.say(f"{len(segments)} segments, {total_bytes / 1e6:.1f} MB")
+            sampled_tick, earliest_ms = _sample_grid(segments)
+        grid_ms = opts.tick_ms or sampled_tick or 1000
+        lookback = max(opts.group_ttl_ticks, 1) + 1
+        origin = earliest_ms // grid_ms if earliest_ms is not None else 0
+        grid = Grid(grid_ms, opts.chunk_ticks, lookback, origin)
+        with prog.stage("spark", master or "local[*]"):
+            if pending is not None:
+                spark = pending.result()
+    except BaseException:
+        if pending is not None:  # a started session must not outlive a failed listing
+            pending.add_done_callback(lambda f: f.exception() is None and f.result().stop())
+        raise
+    finally:
+        if starting is not None:
+            starting.shutdown(wait=False)
     sc = spark.sparkContext
     ship_dir = None
     executors = None
