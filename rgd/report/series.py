@@ -148,16 +148,17 @@ def unpack_blob(blob: bytes, n: int, dims: int) -> dict[tuple[str, int], np.ndar
 
 
 # dense fields per (key, bucket): reports, tick_ms, then per dimension admitted, throttled, limit, quota
-NF = 2 + 4 * len(DIMS)
 
 
 @njit(cache=True, nogil=True)
-def _dense(kid, bidx, tick, counts, icounts, limits, nkeys, nb, count_of, limit_of):  # pragma: no cover - compiled
-    """Scatter group rows (log order) into [nkeys, nb, NF]; later rows overwrite limit and quota.
+def _dense(kid, bidx, tick, counts, icounts, limits, nkeys, nb, count_of, limit_of, dim_ids):  # pragma: no cover
+    """Scatter group rows (log order) into [nkeys, nb, 2 + 4 * dims]; later rows overwrite limit and quota.
 
-    The width comes from `count_of`, not the global NF: numba's cache keys on
-    this file's source, and NF follows the wire schema (one more traffic kind
-    would otherwise run a stale compiled width)."""
+    Only the dimensions in `dim_ids` (rows of count_of/limit_of): the ones
+    this segment has any traffic or quota in; `dims` gets their DIMS bits.
+    The width comes from the arguments, not a global: numba's cache keys on
+    this file's source, and DIMS follows the wire schema (one more traffic
+    kind would otherwise run a stale compiled width)."""
     arr = np.zeros((nkeys, nb, 2 + 4 * count_of.shape[0]))
     dims = np.zeros(nkeys, np.int64)
     totals = np.zeros((nkeys, icounts.shape[1]), np.int64)  # exact: summed as the integers they are
@@ -178,7 +179,7 @@ def _dense(kid, bidx, tick, counts, icounts, limits, nkeys, nb, count_of, limit_
             arr[k, b, 4 + 4 * d] = np.inf if lim < 0 else lim
             arr[k, b, 5 + 4 * d] = np.inf if quo < 0 else quo
             if quo >= 0 or a != 0 or t != 0:
-                dims[k] |= 1 << d
+                dims[k] |= 1 << dim_ids[d]
     return arr, dims, totals
 
 
@@ -213,7 +214,12 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
     counts = icounts.astype(np.float64)
     limits = np.ascontiguousarray(seg.limits, dtype=np.float64)
     tot_keys, tot_counts = [], []
-    per_batch = max(1, DENSE_BUDGET // (nb * NF * 8))
+    # dimensions with traffic or a quota anywhere in the segment: the others would scatter zeros
+    dim_ids = np.array([d for d, ((a, t), (_, q)) in enumerate(zip(COUNT_OF, LIMIT_OF))
+                        if (icounts[:, a] != 0).any() or (icounts[:, t] != 0).any() or (limits[:, q] >= 0).any()],
+                       np.int64)
+    count_of, limit_of = COUNT_OF_A[dim_ids], LIMIT_OF_A[dim_ids]
+    per_batch = max(1, DENSE_BUDGET // (nb * (2 + 4 * dim_ids.size) * 8))
     L, lb = grid.chunk_ticks, grid.lookback
     out: list[SeriesRow] = []
     for k0 in range(0, nkeys_all, per_batch):
@@ -221,7 +227,7 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
         sel = (kid_all >= k0) & (kid_all < k1) if (k0 or k1 < nkeys_all) else slice(None)
         arr, dims, totals = _dense(np.ascontiguousarray(kid_all[sel] - k0), np.ascontiguousarray(bidx_all[sel]),
                                    np.ascontiguousarray(tick[sel]), counts[sel], icounts[sel], limits[sel], k1 - k0,
-                                   nb, COUNT_OF_A, LIMIT_OF_A)
+                                   nb, count_of, limit_of, dim_ids)
         for k in range(k1 - k0):
             rep_k = arr[k, :, 0]
             hit = np.flatnonzero(rep_k)
@@ -238,8 +244,8 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
                 if lo > hi:
                     continue
                 sl = slice(lo - bmin, hi - bmin + 1)
-                per_dim = [(arr[k, sl, 2 + 4 * d], arr[k, sl, 3 + 4 * d], arr[k, sl, 4 + 4 * d], arr[k, sl, 5 + 4 * d])
-                           for d in range(len(DIMS)) if dm >> d & 1]
+                per_dim = [(arr[k, sl, 2 + 4 * j], arr[k, sl, 3 + 4 * j], arr[k, sl, 4 + 4 * j], arr[k, sl, 5 + 4 * j])
+                           for j, d in enumerate(dim_ids.tolist()) if dm >> d & 1]
                 out.append(SeriesRow(g_key, c, d_key, order, lo, hi - lo + 1, dm,
                                      pack_blob(arr[k, sl, 0], arr[k, sl, 1], per_dim)))
     keys = np.array(tot_keys, np.int64)
