@@ -3,14 +3,18 @@
 Stages (each prints a progress line on stderr; Spark's own bar too on a terminal):
 1. list segments (`*.seg`, `*.open`) under a directory or fsspec URI, and read
    the head of each daemon's first segment for the tick length and the chunk
-   origin (bucketing happens inside the decode tasks);
-2. one Spark job: decode, one task per segment (`mapInArrow`, task.py):
-   frames, receipts and reports become dense series rows (series.py), while
-   each segment's small SegmentMeta is written beside the data; then one task
-   per (group, chunk of ticks) (`groupBy().applyInArrow`, analyze.py):
-   forward fill, fair shares and the per-tick figures, written as Parquet by
-   the task itself; only bounded aggregates come back to the driver;
-3. on the driver: damage, membership, loss, delay, staleness (merge.py);
+   origin (bucketing happens inside the decode tasks); the Spark session
+   starts meanwhile, in a thread;
+2. on a cluster (any master but local): ship rgd's code to the executors and
+   check their Python (ship.py);
+3. one Spark job: decode, segments packed into about four tasks per core
+   (`mapInArrow`, task.py): frames, receipts and reports become dense series
+   rows (series.py), while each segment's small SegmentMeta is written beside
+   the data; then one task per (group, chunk of ticks)
+   (`groupBy().applyInArrow`, analyze.py): forward fill, fair shares and the
+   per-tick figures, written as Parquet by the task itself; only bounded
+   aggregates come back to the driver;
+4. on the driver: damage, membership, loss, delay, staleness (merge.py);
    convergence stitched across chunks; the summary and `report.html` (html.py).
 
 Outputs in out_dir: ticks/ and shares/ (Parquet datasets, one file per group
@@ -19,9 +23,10 @@ membership (.parquet), summary.json, report.html.
 
 Segments are read by the Python workers through fsspec (local paths, file://,
 s3://, gs://, hdfs:// ... with the matching fsspec driver installed on the
-workers), and out_dir must be reachable the same way by the workers and the
-driver (on a cluster: shared storage). Bad input never stops the run: a
-segment that cannot be read or decoded is skipped and reported.
+workers, see rgd.storage), and out_dir must be reachable the same way by the
+workers and the driver (on a cluster: shared storage or an object store). Bad
+input never stops the run: a segment that cannot be read or decoded is
+skipped and reported.
 """
 
 from __future__ import annotations
