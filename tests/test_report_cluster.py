@@ -98,7 +98,8 @@ def figures(read) -> dict:
     s["damage"].pop("problems")  # they name files by path; problems_total stays
     out = {"summary": s}
     for name, keys in (("totals", ["group", "daemon"]), ("loss", ["receiver", "publisher", "incarnation"]),
-                       ("convergence", ["group", "dim", "event_bucket"]), ("membership", ["daemon", "bucket", "event"])):
+                       ("convergence", ["group", "dim", "event_bucket"]),
+                       ("membership", ["daemon", "bucket", "event"])):
         df = pd.read_parquet(io.BytesIO(read(f"{name}.parquet")))
         out[name] = df.sort_values(keys).reset_index(drop=True).to_dict("records")
     return out

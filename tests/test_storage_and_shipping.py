@@ -94,9 +94,8 @@ def test_package_zip_is_the_code_only_and_loads_without_site_packages(tmp_path: 
     assert "rgd/report/task.py" in names and "rgd/wire/usage_report_pb2.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     # -S: no site-packages, so rgd can only come from the zip (ship.py itself needs nothing else)
-    proc = subprocess.run([sys.executable, "-S", "-c",
-                           f"import sys; sys.path.insert(0, {str(z)!r}); import rgd.report.ship as m; print(m.__file__)"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    code = f"import sys; sys.path.insert(0, {str(z)!r}); import rgd.report.ship as m; print(m.__file__)"
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{z}/rgd/report/ship.py"
 

@@ -508,7 +508,8 @@ def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int,
     spark.conf.set("spark.sql.shuffle.partitions", str(max(2, min(400, 4 * sc.defaultParallelism))))
     out = series.groupBy("group_key", "chunk").applyInArrow(
         _analyze_groups(meta_dir, uri_of(ticks_dir), uri_of(shares_dir), grid, opts), AUX_SCHEMA)
-    with prog.stage("decode+analyze", f"{len(segments)} segments in {len(tasks)} decode tasks, then one task per (group, chunk)",
+    with prog.stage("decode+analyze",
+                    f"{len(segments)} segments in {len(tasks)} decode tasks, then one task per (group, chunk)",
                     sc=sc):
         aux = [pickle.loads(r["blob"]) | {"group_key": r["group_key"]} for r in out.collect()]
     with prog.stage("merge", "damage, membership, receipts"):

@@ -34,10 +34,10 @@ UNITS = ("messages", "bytes")
 # One dimension per traffic kind in the schema and unit: publish_messages, publish_bytes, dispatch_messages, ...
 DIMS: tuple[str, ...] = tuple(f"{k}_{u}" for k in KINDS for u in UNITS)
 # per dimension: (admitted, throttled) columns in DecodedSegment.counts, (limit, quota) columns in .limits
-COUNT_OF = tuple((PER_KIND * i + COUNT_FIELDS.index(f"admitted_{u}"), PER_KIND * i + COUNT_FIELDS.index(f"throttled_{u}"))
-                 for i in range(len(KINDS)) for u in UNITS)
-LIMIT_OF = tuple((PER_KIND * i + LIMIT_FIELDS.index(f"limit_{u}"), PER_KIND * i + LIMIT_FIELDS.index(f"quota_{u}"))
-                 for i in range(len(KINDS)) for u in UNITS)
+COUNT_OF = tuple((PER_KIND * i + COUNT_FIELDS.index(f"admitted_{u}"),
+                  PER_KIND * i + COUNT_FIELDS.index(f"throttled_{u}")) for i in range(len(KINDS)) for u in UNITS)
+LIMIT_OF = tuple((PER_KIND * i + LIMIT_FIELDS.index(f"limit_{u}"),
+                  PER_KIND * i + LIMIT_FIELDS.index(f"quota_{u}")) for i in range(len(KINDS)) for u in UNITS)
 
 
 @dataclass(frozen=True, slots=True)
