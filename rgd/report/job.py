@@ -173,10 +173,12 @@ def spark_session(master: str | None, opts: ReportOptions, progress: bool) -> An
          .config("spark.local.dir", os.environ.get("RGD_SPARK_LOCAL_DIR", tempfile.gettempdir())))
     if master.startswith("local"):
         # One JVM on this machine: loopback only; the throughput GC (no concurrent threads competing
-        # with the Python workers for 2 cores); no shuffle compression (the shuffle never leaves the
-        # machine, and LZ4 would cost more CPU than the page cache saves).
+        # with the Python workers for 2 cores); only the quick JIT tier (C2's compiler threads cost
+        # the bench run about 8 CPU-seconds of its 20 in the JVM, more than the code they make saves
+        # in a job this short); no shuffle compression (the shuffle never leaves the machine, and LZ4
+        # would cost more CPU than the page cache saves).
         b = (b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
+             .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC -XX:TieredStopAtLevel=1")
              .config("spark.shuffle.compress", "false").config("spark.shuffle.spill.compress", "false"))
     extra = list(opts.spark_conf)
     extra += [tuple(kv.split("=", 1)) for kv in os.environ.get("RGD_SPARK_CONF", "").split(";") if "=" in kv]
