@@ -211,10 +211,14 @@ def generate(out_dir: str | Path, daemons: int = 100, groups: int = 100, ticks: 
     admitted_total = np.zeros(groups, np.int64)
     throttled_total = np.zeros(groups, np.int64)
     receipts = lost = nbytes = segments = 0
+    lost_in_gaps = 0
     for d in range(daemons):
         sink = SegmentSink(out, names[d], segment_bytes)
         writer = np.frombuffer(names[d].encode(), np.uint8)
         prev_adm = np.zeros(groups, np.int64)
+        first_heard = np.zeros(daemons, np.int64)  # per publisher: first and last sequence d heard, and how many
+        last_heard = np.zeros(daemons, np.int64)
+        heard = np.zeros(daemons, np.int64)
         for t in range(ticks):
             ph, k = divmod(t, phase_ticks)
             dem, fair = phases[ph]
@@ -239,6 +243,9 @@ def generate(out_dir: str | Path, daemons: int = 100, groups: int = 100, ticks: 
             keep = rng.random(daemons) >= loss
             pubs = np.flatnonzero(keep).astype(np.int64)
             lost += daemons - pubs.size
+            first_heard[pubs] = np.where(first_heard[pubs] == 0, t + 1, first_heard[pubs])
+            last_heard[pubs] = t + 1
+            heard[pubs] += 1
             p_ms = T0_MS + t * tick_ms + offsets[pubs]
             recv = (p_ms * 1000 + 1500 + (pubs * 37 + d * 11) % 3000).astype(np.int64)
             n = encode_receipts(buf, writer, writer.size, name_arr, name_lens, pubs,
@@ -249,6 +256,8 @@ def generate(out_dir: str | Path, daemons: int = 100, groups: int = 100, ticks: 
             sink.maybe_roll()
         sink.close()
         segments += sink.segments
+        h = heard > 0
+        lost_in_gaps += int((last_heard[h] - first_heard[h] + 1 - heard[h]).sum())
         if progress:
             done = d + 1
             el = time.time() - t_start
@@ -260,6 +269,7 @@ def generate(out_dir: str | Path, daemons: int = 100, groups: int = 100, ticks: 
     return {
         "daemons": daemons, "groups": groups, "ticks": ticks, "tick_ms": tick_ms,
         "group_rows": daemons * groups * ticks, "receipts": receipts, "receipts_lost": lost,
+        "receipts_lost_between_heard": lost_in_gaps,
         "segments": segments, "bytes": nbytes, "seconds": round(time.time() - t_start, 1),
         "expected": {"admitted_messages": {gnames[g]: int(admitted_total[g]) for g in range(groups)},
                      "throttled_messages": {gnames[g]: int(throttled_total[g]) for g in range(groups)}},

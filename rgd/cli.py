@@ -53,11 +53,35 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--base-port", type=int, default=0, help="first daemon HTTP port (default: any free port)")
     up.add_argument("--strategy", default="rgd", help="quota strategy of the daemons (default rgd)")
 
-    rep = sub.add_parser("report", help="Spark fairness report over usage logs")
-    rep.add_argument("path", metavar="PATH_OR_URI", help="log directory, archive directory or fsspec URI")
-    rep.add_argument("--out", required=True, help="output directory (Parquet, summary.json, report.html)")
-    rep.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    rep = sub.add_parser(
+        "report", help="Spark fairness report over usage logs", description=REPORT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    rep.add_argument("path", metavar="PATH_OR_URI", nargs="?",
+                     help="log directory, archive directory or fsspec URI (s3://, gs://: see below)")
+    rep.add_argument("--out", help="output directory or URI (Parquet, summary.json, report.html)")
+    rep.add_argument("--master", default=None, help="Spark master URL (default local[*]), e.g. spark://host:7077")
+    rep.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                     help="a Spark setting, e.g. spark.executor.memory=4g (repeatable; applied last)")
+    rep.add_argument("--executor-requirements", action="store_true",
+                     help="print the pip requirements an executor's Python needs (this driver's versions) and exit")
     return parser
+
+
+REPORT_DESCRIPTION = """\
+Replay usage logs with Spark into report.html, summary.json and Parquet tables.
+
+On a cluster (--master spark://..., k8s://..., yarn) the executors need a Python
+of the driver's minor version with pyspark (the driver's exact version), pandas,
+pyarrow, numpy, numba, protobuf and fsspec, plus s3fs for s3:// and gcsfs for
+gs:// logs or output; `rgd report --executor-requirements` prints the list pinned
+to this driver's versions. rgd itself need not be installed there: the job ships
+it (a zip added with SparkContext.addPyFile) and checks the executors before it
+starts. Point PYSPARK_PYTHON (or --conf spark.pyspark.python=...) at that Python.
+--out must be reachable by the driver and every executor (shared storage or an
+object store URI). Object stores: pip install 'rgd[s3]' or 'rgd[gcs]'; the
+filesystem takes its usual credentials and FSSPEC_S3_* / FSSPEC_GCS_* settings
+(e.g. FSSPEC_S3_ENDPOINT_URL for an S3-compatible store).
+"""
 
 
 def _flag_values(ns: argparse.Namespace) -> dict[str, Any]:
@@ -123,12 +147,34 @@ def cmd_up(ns: argparse.Namespace) -> int:
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
+    if ns.executor_requirements:
+        from rgd.report.ship import executor_requirements
+
+        print("\n".join(executor_requirements(*(u for u in (ns.path, ns.out) if u))))
+        return 0
+    if not ns.path or not ns.out:
+        print("rgd report: PATH_OR_URI and --out are required", file=sys.stderr)
+        return 2
+    conf = []
+    for kv in ns.conf:
+        key, sep, value = kv.partition("=")
+        if not sep or not key.strip():
+            print(f"rgd report: --conf {kv!r} is not KEY=VALUE", file=sys.stderr)
+            return 2
+        conf.append((key.strip(), value))
     try:
         from rgd.report import run_report
+        from rgd.report.job import ReportOptions
+        from rgd.report.ship import ExecutorSetupError
+        from rgd.storage import StorageSetupError
     except ImportError as exc:
         print(f"rgd report needs the spark extra: pip install 'rgd[spark]' ({exc})", file=sys.stderr)
         return 2
-    summary = run_report(ns.path, ns.out, master=ns.master)
+    try:
+        summary = run_report(ns.path, ns.out, master=ns.master, options=ReportOptions(spark_conf=tuple(conf)))
+    except (ExecutorSetupError, StorageSetupError, FileNotFoundError) as exc:
+        print(f"rgd report: {exc}", file=sys.stderr)
+        return 2
     print(f"report written to {ns.out}/report.html ({summary.get('group_rows', '?')} group rows)")
     return 0
 

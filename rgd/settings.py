@@ -169,6 +169,13 @@ def validate(s: Settings, source: str = "settings") -> Settings:
         value = getattr(s, key)
         if not value.startswith(("persistent://", "non-persistent://")):
             fail(key, f"{value!r} must be a full topic name (persistent:// or non-persistent://)")
+    if s.archive_uri:
+        from rgd.storage import StorageSetupError, check_uri
+
+        try:
+            check_uri(s.archive_uri)
+        except StorageSetupError as exc:
+            fail("archive_uri", str(exc))
     from rgd.quota.calculator import STRATEGIES  # late: the calculator imports nothing of ours
 
     if s.strategy not in STRATEGIES:

@@ -9,6 +9,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -233,3 +234,185 @@ def test_restatements_add_no_usage(tmp_path):
     assert decode_segment_python(data)[1] == 1
     decoded = decode_segment(data, seg.name)
     assert int(decoded.counts[:, 0].sum()) == 7
+
+
+def _schema_variant():
+    """rgd's usage report schema with a third traffic kind and two fields renumbered, in a pool of its own."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fdp = descriptor_pb2.FileDescriptorProto()
+    UsageReport.DESCRIPTOR.file.CopyToProto(fdp)
+    fdp.name, fdp.package = "variant/usage_report.proto", "rgdvariant.v1"
+    msgs = {m.name: m for m in fdp.message_type}
+    for m in fdp.message_type:
+        for f in m.field:
+            if f.type_name:
+                f.type_name = f.type_name.replace(".rgd.v1.", ".rgdvariant.v1.")
+    kind_field = next(f for f in msgs["GroupUsage"].field if f.name == "dispatch")
+    extra = msgs["GroupUsage"].field.add()
+    extra.CopyFrom(kind_field)
+    extra.name, extra.json_name, extra.number = "replication", "replication", 6
+    next(f for f in msgs["UsageReport"].field if f.name == "sequence").number = 12
+    next(f for f in msgs["KindUsage"].field if f.name == "admitted_messages").number = 9
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"rgdvariant.v1.{n}"))
+            for n in ("UsageReport", "GroupUsage", "KindUsage")}
+
+
+def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
+    """Field numbers and kinds come from descriptors: a schema with a third kind and moved fields decodes
+    with specs built from it, and agrees with the protobuf library on every value."""
+    from rgd.report.decode import (
+        COUNT_FIELDS, G_REP, LIMIT_FIELDS, PER_KIND, GroupFields, KindFields, ReportFields, decode_reports,
+        field_numbers, kind_fields, kind_slots,
+    )
+
+    V = _schema_variant()
+    kinds = kind_fields(V["GroupUsage"].DESCRIPTOR, V["KindUsage"].DESCRIPTOR)
+    assert kinds == ("publish", "dispatch", "replication")
+    rf = field_numbers(ReportFields, V["UsageReport"].DESCRIPTOR, {
+        **{n: "varint" for n in ReportFields._fields}, "daemon_id": "string", "groups": "message"})
+    assert rf.sequence == 12
+    gf = field_numbers(GroupFields, V["GroupUsage"].DESCRIPTOR, {"group": "string"})
+    kf = field_numbers(KindFields, V["KindUsage"].DESCRIPTOR,
+                       {**{n: "varint" for n in COUNT_FIELDS}, **{n: "double" for n in LIMIT_FIELDS}})
+    assert kf.admitted_messages == 9
+    slots = kind_slots(V["GroupUsage"].DESCRIPTOR, kinds)
+    rng = random.Random(3)
+    reports = []
+    for i in range(5):
+        r = V["UsageReport"](daemon_id=f"n{i}", sequence=1000 + i, publish_time_ms=7_000 + i, tick_ms=1000,
+                             incarnation=42)
+        for gname in ("g1", "g2"):
+            g = r.groups.add(group=gname)
+            for k in kinds:
+                ku = getattr(g, k)
+                for f in COUNT_FIELDS:
+                    setattr(ku, f, rng.randrange(0, 2**40))
+                for f in LIMIT_FIELDS:
+                    setattr(ku, f, rng.choice([-1.0, 0.5, 1e6]))
+        reports.append(r)
+    payloads = [r.SerializeToString() for r in reports]
+    buf = np.frombuffer(b"".join(payloads), np.uint8)
+    offs = np.cumsum([0] + [len(p) for p in payloads[:-1]]).astype(np.int64)
+    lens = np.array([len(p) for p in payloads], np.int64)
+    R, gmeta, counts, lims, ng = decode_reports(buf, offs, lens, 64, rf, gf, slots, kf, PER_KIND * len(kinds))
+    assert ng == 10
+    lims = lims.view(np.float64)
+    row = 0
+    for i, r in enumerate(reports):
+        assert (R[i, R_OK], R[i, R_SEQ], R[i, R_PUB_MS], R[i, R_INC]) == (1, r.sequence, r.publish_time_ms,
+                                                                        r.incarnation)
+        for g in r.groups:
+            assert gmeta[row, G_REP] == i and gmeta[row, G_HASH] == name_key(g.group)
+            for j, k in enumerate(kinds):
+                ku = getattr(g, k)
+                assert counts[row, PER_KIND * j:PER_KIND * (j + 1)].tolist() == [getattr(ku, f) for f in COUNT_FIELDS]
+                assert lims[row, PER_KIND * j:PER_KIND * (j + 1)].tolist() == [getattr(ku, f) for f in LIMIT_FIELDS]
+            row += 1
+
+
+def test_a_retyped_field_fails_at_import_time() -> None:
+    from rgd.report.decode import KindFields, field_numbers
+
+    with pytest.raises(TypeError, match="admitted_messages is no longer a double field"):
+        field_numbers(KindFields, UsageReport.DESCRIPTOR.fields_by_name["groups"].message_type.fields_by_name[
+            "publish"].message_type, {n: "double" for n in KindFields._fields})
+
+
+def test_the_report_kinds_are_the_daemons_kinds() -> None:
+    """The decoder's kinds (from the wire schema) and the daemon's (rgd.groups.KINDS) must not drift apart."""
+    from rgd.groups import KINDS as DAEMON_KINDS
+    from rgd.report.decode import KINDS as WIRE_KINDS
+    from rgd.report.merge import TOTAL_COLS
+
+    assert WIRE_KINDS == DAEMON_KINDS
+    assert DIMS == tuple(f"{k}_{u}" for k in DAEMON_KINDS for u in ("messages", "bytes"))
+    assert TOTAL_COLS[:4] == ("publish_messages_admitted", "publish_bytes_admitted", "publish_messages_throttled",
+                              "publish_bytes_throttled")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0.0, 1000.0, 2000.0]), st.floats(0, 1e6, width=32),
+                          st.floats(0, 1e3, width=32), st.sampled_from([50.0, 60.0, float("inf")]),
+                          st.sampled_from([100.0, 200.0, float("inf"), float("nan")])), min_size=1, max_size=40),
+       st.integers(1, 3))
+def test_blob_round_trip(cells: list[tuple], ndims: int) -> None:
+    """pack_blob/unpack_blob: reports and tick lengths exact everywhere, counts as float32, limits and quotas
+    exact wherever a report is (the only buckets the reducer reads them at)."""
+    from rgd.report.series import pack_blob, unpack_blob
+
+    rep, tick, adm, thr, lim, quo = (np.array(c, dtype=float) for c in zip(*cells))
+    per_dim = [(adm * (d + 1), thr, lim, quo) for d in range(ndims)]
+    dims = sum(1 << d for d in range(ndims))
+    out = unpack_blob(pack_blob(rep, tick, per_dim), rep.size, dims)
+    assert out[("reports", -1)].tolist() == rep.astype(np.int64).tolist()
+    assert out[("tick_ms", -1)].tolist() == tick.tolist()
+    has = rep > 0
+    for d in range(ndims):
+        assert out[("admitted", d)].tolist() == (adm * (d + 1)).astype(np.float32).tolist()
+        assert out[("throttled", d)].tolist() == thr.astype(np.float32).tolist()
+        np.testing.assert_array_equal(out[("limit", d)][has], lim[has])
+        np.testing.assert_array_equal(out[("quota", d)][has], quo[has])
+
+
+def _assemble_reference(rows, w0: int, width: int) -> dict:
+    """Oracle for series.assemble: the plain numpy version over unpack_blob, one row after another."""
+    from rgd.report.series import unpack_blob
+
+    daemons = sorted({r.daemon_key for r in rows})
+    D = len(daemons)
+    dims = 0
+    for r in rows:
+        dims |= r.dims
+    ks = [k for k in range(len(DIMS)) if dims >> k & 1]
+    out = {"reports": np.zeros((D, width), np.int64), "tick": np.zeros((D, width))}
+    for k in ks:
+        out[("adm", k)], out[("thr", k)] = np.zeros((D, width)), np.zeros((D, width))
+        out[("lim", k)], out[("quo", k)] = np.full((D, width), np.nan), np.full((D, width), np.nan)
+    for r in sorted(rows, key=lambda r: (r.daemon_key, r.order)):
+        d = daemons.index(r.daemon_key)
+        a = unpack_blob(r.blob, r.n, r.dims)
+        for i in range(r.n):
+            t = r.b0 + i - w0
+            if not 0 <= t < width:
+                continue
+            rep = a[("reports", -1)][i]
+            out["reports"][d, t] += rep
+            out["tick"][d, t] += a[("tick_ms", -1)][i]
+            for k in ks:
+                if r.dims >> k & 1:
+                    out[("adm", k)][d, t] += a[("admitted", k)][i]
+                    out[("thr", k)][d, t] += a[("throttled", k)][i]
+                if rep > 0:
+                    out[("lim", k)][d, t] = a[("limit", k)][i] if r.dims >> k & 1 else np.inf
+                    out[("quo", k)][d, t] = a[("quota", k)][i] if r.dims >> k & 1 else np.inf
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(1, 25), st.integers(1, 3),
+                          st.integers(0, 2**31)), min_size=1, max_size=8), st.integers(0, 20), st.integers(1, 30))
+def test_assemble_matches_the_plain_version(specs: list[tuple], w0: int, width: int) -> None:
+    """Rows of several daemons and segments, overlapping, clipped by the window, with differing dimensions."""
+    from rgd.report.series import SeriesRow, assemble, pack_blob
+
+    rows = []
+    for order, (daemon, b0, n, dims, seed) in enumerate(specs):
+        rng = np.random.default_rng(seed)
+        rep = rng.integers(0, 3, n).astype(float)
+        tick = np.where(rep > 0, 1000.0 * rep, 0.0)
+        per_dim = [(rng.integers(0, 50, n).astype(float), rng.integers(0, 5, n).astype(float),
+                    rng.choice([10.0, 20.0, np.inf], n), rng.choice([100.0, np.inf], n))
+                   for k in range(len(DIMS)) if dims >> k & 1]
+        rows.append(SeriesRow(1, 0, daemon, order, b0, n, dims, pack_blob(rep, tick, per_dim)))
+    m = assemble(rows, w0, width)
+    ref = _assemble_reference(rows, w0, width)
+    np.testing.assert_array_equal(m.reports, ref["reports"])
+    np.testing.assert_array_equal(m.tick_ms, ref["tick"])
+    for k in m.admitted:
+        np.testing.assert_array_equal(m.admitted[k], ref[("adm", k)])
+        np.testing.assert_array_equal(m.throttled[k], ref[("thr", k)])
+        np.testing.assert_array_equal(m.limit[k], ref[("lim", k)])
+        np.testing.assert_array_equal(m.quota[k], ref[("quo", k)])

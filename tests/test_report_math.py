@@ -136,3 +136,35 @@ def test_html_helpers_draw_real_svg() -> None:
     svg = stacked_chart(xs, [("a", [1, 1, 1, 1], "#111"), ("b", [2, 2, 2, 2], "#222")], "msg/s",
                         ("quota", [4, 4, 4, 4], "#000"))
     assert svg.count("<path") == 2 and svg.count("<polyline") == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.one_of(st.just(float("nan")), st.floats(-1e6, 1e6))), min_size=1,
+                max_size=40))
+def test_bin_stat_is_pandas_groupby(cells: list[tuple[int, float]]) -> None:
+    import pandas as pd
+
+    from rgd.report.analyze import bin_stat
+
+    cells = sorted(cells, key=lambda c: c[0])
+    keys = np.array([c[0] for c in cells])
+    x = np.array([c[1] for c in cells])
+    _, first = np.unique(keys, return_index=True)
+    g = pd.DataFrame({"k": keys, "x": x}).groupby("k")["x"]
+    for how in ("mean", "min", "max"):
+        np.testing.assert_allclose(bin_stat(x, first, how), getattr(g, how)().to_numpy(), rtol=1e-12, atol=1e-9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 10**9), max_size=60), st.integers(1, 16))
+def test_decode_tasks_cover_every_segment_once_balanced_by_bytes(sizes: list[int], slots: int) -> None:
+    from rgd.report.job import plan_decode_tasks
+
+    segments = [(f"s{i}", n) for i, n in enumerate(sizes)]
+    tasks = plan_decode_tasks(segments, slots)
+    assert sorted(i for t in tasks for i, _ in t) == list(range(len(sizes)))
+    assert all(uri == f"s{i}" for t in tasks for i, uri in t)
+    if sizes:
+        assert len(tasks) == min(len(sizes), 4 * slots)
+        loads = [sum(max(sizes[i], 1) for i, _ in t) for t in tasks]
+        assert max(loads) - min(loads) <= max(max(sizes), 1)  # greedy largest-first: within one segment

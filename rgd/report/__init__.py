@@ -7,7 +7,8 @@ summary.json and a self-contained report.html to `out_dir`; it returns the
 summary. Modules: decode (segment bytes -> columns), task (one segment),
 series (dense per-group series), analyze (one group's chunk of ticks),
 fairness (the math), receipts (loss, delay, staleness), merge (driver side),
-html (the page), job (Spark).
+html (the page), ship (what executors need; rgd's code shipped to them),
+job (Spark).
 
 PySpark is imported only when a report runs, so the daemon never needs it.
 """

@@ -102,6 +102,21 @@ def _fingerprint(present: np.ndarray, keys: np.ndarray) -> np.ndarray:
         return np.where(present, keys[:, None], np.int64(0)).sum(axis=0, dtype=np.int64)
 
 
+def bin_stat(x: np.ndarray, starts: np.ndarray, how: str) -> np.ndarray:
+    """Mean, min or max of each run x[starts[i]:starts[i+1]] ignoring NaN (NaN for a run without a number),
+    like pandas' groupby aggregations over consecutive bins, without building a frame per bin."""
+    ok = ~np.isnan(x)
+    n = np.add.reduceat(ok, starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if how == "mean":
+            out = np.add.reduceat(np.where(ok, x, 0.0), starts) / n
+        elif how == "max":
+            out = np.maximum.reduceat(np.where(ok, x, -np.inf), starts)
+        else:
+            out = np.minimum.reduceat(np.where(ok, x, np.inf), starts)
+    return np.where(n > 0, out, np.nan)
+
+
 def _nanstat(x: np.ndarray, how: str) -> float:
     x = x[np.isfinite(x)]
     if x.size == 0:
@@ -262,14 +277,14 @@ def analyze_chunk(group_key: int, chunk: int, rows: list[SeriesRow], ctx: Contex
             "fair_error_max": _nanstat(fe, "max"), "daemons_max": int(present[:, cols].sum(axis=0).max()),
         }
         b_of = (buckets[cols] - g.origin) // bt
-        tb = pd.DataFrame({"bin": b_of, "time_s": buckets[cols] * tsec, "quota": quota[cols],
-                           "admitted": fig.admitted[cols], "demand": fig.demand[cols], "jain": jain,
-                           "fair_error": fe, "overshoot_ratio": o_r})
-        tbin = tb.groupby("bin").agg(time_s=("time_s", "min"), quota=("quota", "mean"),
-                                     admitted=("admitted", "mean"), admitted_max=("admitted", "max"),
-                                     demand=("demand", "mean"), jain=("jain", "mean"), jain_min=("jain", "min"),
-                                     fair_error=("fair_error", "mean"), fair_error_max=("fair_error", "max"),
-                                     overshoot_ratio_max=("overshoot_ratio", "max")).reset_index()
+        bins, first = np.unique(b_of, return_index=True)  # b_of ascends with the ticks
+        tbin = pd.DataFrame({
+            "bin": bins, "time_s": buckets[cols][first] * tsec, "quota": bin_stat(quota[cols], first, "mean"),
+            "admitted": bin_stat(fig.admitted[cols], first, "mean"),
+            "admitted_max": bin_stat(fig.admitted[cols], first, "max"),
+            "demand": bin_stat(fig.demand[cols], first, "mean"), "jain": bin_stat(jain, first, "mean"),
+            "jain_min": bin_stat(jain, first, "min"), "fair_error": bin_stat(fe, first, "mean"),
+            "fair_error_max": bin_stat(fe, first, "max"), "overshoot_ratio_max": bin_stat(o_r, first, "max")})
         score = np.nan_to_num(fe) + np.nan_to_num(o_r)
         top = np.argsort(-score, kind="stable")[:WORST_PER_CHUNK]
         worst_rows = pd.DataFrame({

@@ -3,14 +3,18 @@
 Stages (each prints a progress line on stderr; Spark's own bar too on a terminal):
 1. list segments (`*.seg`, `*.open`) under a directory or fsspec URI, and read
    the head of each daemon's first segment for the tick length and the chunk
-   origin (bucketing happens inside the decode tasks);
-2. one Spark job: decode, one task per segment (`mapInArrow`, task.py):
-   frames, receipts and reports become dense series rows (series.py), while
-   each segment's small SegmentMeta is written beside the data; then one task
-   per (group, chunk of ticks) (`groupBy().applyInArrow`, analyze.py):
-   forward fill, fair shares and the per-tick figures, written as Parquet by
-   the task itself; only bounded aggregates come back to the driver;
-3. on the driver: damage, membership, loss, delay, staleness (merge.py);
+   origin (bucketing happens inside the decode tasks); the Spark session
+   starts meanwhile, in a thread;
+2. on a cluster (any master but local): ship rgd's code to the executors and
+   check their Python (ship.py);
+3. one Spark job: decode, segments packed into about four tasks per core
+   (`mapInArrow`, task.py): frames, receipts and reports become dense series
+   rows (series.py), while each segment's small SegmentMeta is written beside
+   the data; then one task per (group, chunk of ticks)
+   (`groupBy().applyInArrow`, analyze.py): forward fill, fair shares and the
+   per-tick figures, written as Parquet by the task itself; only bounded
+   aggregates come back to the driver;
+4. on the driver: damage, membership, loss, delay, staleness (merge.py);
    convergence stitched across chunks; the summary and `report.html` (html.py).
 
 Outputs in out_dir: ticks/ and shares/ (Parquet datasets, one file per group
@@ -19,9 +23,10 @@ membership (.parquet), summary.json, report.html; spark.log (the JVM's console).
 
 Segments are read by the Python workers through fsspec (local paths, file://,
 s3://, gs://, hdfs:// ... with the matching fsspec driver installed on the
-workers), and out_dir must be reachable the same way by the workers and the
-driver (on a cluster: shared storage). Bad input never stops the run: a
-segment that cannot be read or decoded is skipped and reported.
+workers, see rgd.storage), and out_dir must be reachable the same way by the
+workers and the driver (on a cluster: shared storage or an object store). Bad
+input never stops the run: a segment that cannot be read or decoded is
+skipped and reported.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ import json
 import math
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator, Mapping
@@ -49,6 +56,7 @@ from rgd.report.merge import (
 )
 from rgd.report.receipts import quantile_from_hist
 from rgd.report.series import Grid, SeriesRow
+from rgd.storage import filesystem, scheme
 from rgd.usage_log.segment import parse_name
 
 DECODED_SCHEMA = "group_key long, chunk long, daemon_key long, `order` long, b0 long, n long, dims long, blob binary"
@@ -77,10 +85,17 @@ class Progress:
         self.enabled = enabled
         self.t0 = time.monotonic()
         self.timings: dict[str, float] = {}
+        # The JVM starts on another thread with file descriptor 2 pointed at spark.log for a
+        # while (spark_session): progress keeps a handle on the real stderr of its own.
+        self.out = sys.stderr
+        try:
+            self.out = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+        except (AttributeError, OSError, ValueError):  # a stderr without a descriptor (tests)
+            pass
 
     def say(self, msg: str) -> None:
         if self.enabled:
-            print(f"[rgd report {time.monotonic() - self.t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+            print(f"[rgd report {time.monotonic() - self.t0:7.1f}s] {msg}", file=self.out, flush=True)
 
     @contextmanager
     def stage(self, name: str, detail: str = "", sc: Any = None) -> Iterator[None]:
@@ -126,14 +141,14 @@ class Progress:
 
 def list_segments(path_or_uri: str) -> list[tuple[str, int]]:
     """(uri, size) of every segment under a directory/URI (or the one file given), largest first."""
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(path_or_uri)
+    fs, root = filesystem(path_or_uri)
+    if not fs.exists(root):
+        raise FileNotFoundError(f"{path_or_uri}: no such file or directory")
     if fs.isfile(root):
         found = {root: fs.info(root)}
     else:
         found = fs.find(root, detail=True)
-    local = "://" not in path_or_uri or path_or_uri.startswith("file://")
+    local = not scheme(path_or_uri)
     out = []
     for path, info in found.items():
         name = path.rstrip("/").rsplit("/", 1)[-1]
@@ -168,10 +183,12 @@ def spark_session(master: str | None, opts: ReportOptions, progress: bool, jvm_l
          .config("spark.local.dir", os.environ.get("RGD_SPARK_LOCAL_DIR", tempfile.gettempdir())))
     if master.startswith("local"):
         # One JVM on this machine: loopback only; the throughput GC (no concurrent threads competing
-        # with the Python workers for 2 cores); no shuffle compression (the shuffle never leaves the
-        # machine, and LZ4 would cost more CPU than the page cache saves).
+        # with the Python workers for 2 cores); only the quick JIT tier (C2's compiler threads cost
+        # the bench run about 8 CPU-seconds of its 20 in the JVM, more than the code they make saves
+        # in a job this short); no shuffle compression (the shuffle never leaves the machine, and LZ4
+        # would cost more CPU than the page cache saves).
         b = (b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
+             .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC -XX:TieredStopAtLevel=1")
              .config("spark.shuffle.compress", "false").config("spark.shuffle.spill.compress", "false"))
     extra = list(opts.spark_conf)
     extra += [tuple(kv.split("=", 1)) for kv in os.environ.get("RGD_SPARK_CONF", "").split(";") if "=" in kv]
@@ -242,9 +259,7 @@ def worker_python(conf: dict[str, str], environ: Mapping[str, str]) -> str:
 
 def _put_pickle(uri: str, obj: Any) -> None:
     """Write a pickle atomically (tmp + move) at a local path or fsspec URI."""
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(uri)
+    fs, path = filesystem(uri)
     tmp = f"{path}.tmp-{os.getpid()}"
     with fs.open(tmp, "wb") as fh:
         fh.write(pickle.dumps(obj, protocol=5))
@@ -252,9 +267,7 @@ def _put_pickle(uri: str, obj: Any) -> None:
 
 
 def _load_pickles(uri_dir: str, suffix: str) -> list[Any]:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(uri_dir)
+    fs, path = filesystem(uri_dir)
     out = []
     for p in sorted(fs.find(path)):
         if p.endswith(suffix):
@@ -263,8 +276,26 @@ def _load_pickles(uri_dir: str, suffix: str) -> list[Any]:
     return out
 
 
-def _decode_partitions(grid: Grid, meta_dir: str):
-    """mapInArrow function: (seg, uri) rows -> series rows; each segment's SegmentMeta goes to `meta_dir`.
+def plan_decode_tasks(segments: list[tuple[str, int]], slots: int, per_slot: int = 4) -> list[list[tuple[int, str]]]:
+    """Segments packed into about `per_slot` tasks per core, balanced by bytes.
+
+    One task per segment costs a Python worker round trip and a scheduling
+    round per 30 MB segment (about as much as decoding it on 2 cores); a few
+    tasks per core keep that fixed cost small while the last tasks still even
+    out the load. Largest first into the lightest task (greedy LPT).
+    """
+    n = max(1, min(len(segments), max(1, slots) * per_slot))
+    tasks: list[list[tuple[int, str]]] = [[] for _ in range(n)]
+    load = [0] * n
+    for i, (uri, size) in sorted(enumerate(segments), key=lambda x: (-x[1][1], x[0])):
+        k = min(range(n), key=load.__getitem__)
+        tasks[k].append((i, uri))
+        load[k] += max(size, 1)
+    return [t for t in tasks if t]
+
+
+def _decode_partitions(grid: Grid, meta_dir: str, tasks: list[list[tuple[int, str]]]):
+    """mapInArrow function: task ids -> series rows of their segments; each SegmentMeta goes to `meta_dir`.
 
     The metadata travels beside the data, not through it: the reducers need
     the whole cluster's membership before they start, Spark starts them only
@@ -276,33 +307,31 @@ def _decode_partitions(grid: Grid, meta_dir: str):
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        from rgd.report.task import process_segment, read_uri
+        from rgd.report.task import process_segment, segment_bytes
 
         names = ["group_key", "chunk", "daemon_key", "order", "b0", "n", "dims", "blob"]
-        for batch in batches:
-            for seg_id, uri in zip(batch.column("seg").to_pylist(), batch.column("uri").to_pylist()):
-                try:
-                    data = read_uri(uri)
-                except Exception as exc:  # unreadable: reported, never fatal
-                    meta = SegmentMeta(uri=uri, size=0, error=f"cannot read: {type(exc).__name__}: {exc}")
-                    rows: list[SeriesRow] = []
-                else:
-                    rows, meta = process_segment(data, uri, grid)
-                    del data
-                ctx_part = SegmentMeta(uri=meta.uri, size=meta.size, error=meta.error, names=meta.names,
-                                       headers=meta.headers)
-                _put_pickle(f"{meta_dir}/{seg_id:07d}.ctx.pkl", ctx_part)
-                _put_pickle(f"{meta_dir}/{seg_id:07d}.meta.pkl", meta)
-                for i in range(0, len(rows), 64):
-                    part = rows[i:i + 64]
-                    yield pa.RecordBatch.from_arrays([
-                        pa.array([r.group_key for r in part], pa.int64()),
-                        pa.array([r.chunk for r in part], pa.int64()),
-                        pa.array([r.daemon_key for r in part], pa.int64()),
-                        pa.array([r.order for r in part], pa.int64()),
-                        pa.array([r.b0 for r in part], pa.int64()), pa.array([r.n for r in part], pa.int64()),
-                        pa.array([r.dims for r in part], pa.int64()),
-                        pa.array([r.blob for r in part], pa.binary())], names=names)
+        todo = [seg for batch in batches for t in batch.column("id").to_pylist() for seg in tasks[t]]
+        for seg_id, uri in todo:
+            try:
+                with segment_bytes(uri) as data:
+                    rows, meta = process_segment(data, uri, grid)  # never raises
+            except Exception as exc:  # unreadable: reported, never fatal
+                meta = SegmentMeta(uri=uri, size=0, error=f"cannot read: {type(exc).__name__}: {exc}")
+                rows: list[SeriesRow] = []
+            ctx_part = SegmentMeta(uri=meta.uri, size=meta.size, error=meta.error, names=meta.names,
+                                   headers=meta.headers)
+            _put_pickle(f"{meta_dir}/{seg_id:07d}.ctx.pkl", ctx_part)
+            _put_pickle(f"{meta_dir}/{seg_id:07d}.meta.pkl", meta)
+            for i in range(0, len(rows), 64):
+                part = rows[i:i + 64]
+                yield pa.RecordBatch.from_arrays([
+                    pa.array([r.group_key for r in part], pa.int64()),
+                    pa.array([r.chunk for r in part], pa.int64()),
+                    pa.array([r.daemon_key for r in part], pa.int64()),
+                    pa.array([r.order for r in part], pa.int64()),
+                    pa.array([r.b0 for r in part], pa.int64()), pa.array([r.n for r in part], pa.int64()),
+                    pa.array([r.dims for r in part], pa.int64()),
+                    pa.array([r.blob for r in part], pa.binary())], names=names)
 
     return run
 
@@ -333,10 +362,9 @@ def _context(meta_dir: str, grid: Grid, opts: "ReportOptions") -> Context:
 
 
 def _put_parquet(uri: str, table: Any) -> None:
-    import fsspec
     import pyarrow.parquet as pq
 
-    fs, path = fsspec.core.url_to_fs(uri)
+    fs, path = filesystem(uri)
     tmp = f"{path}.tmp-{os.getpid()}"
     with fs.open(tmp, "wb") as fh:
         pq.write_table(table, fh, compression="zstd")
@@ -356,15 +384,18 @@ def _analyze_groups(meta_dir: str, ticks_dir: str, shares_dir: str, grid: Grid, 
 
         from rgd.report.analyze import analyze_chunk
 
-
-        cols = {c: table.column(c).to_pylist() for c in
+        empty = pa.table({"group_key": pa.array([], pa.int64()), "blob": pa.array([], pa.binary())})
+        if not table.num_rows:
+            return empty
+        ctx = _context(meta_dir, grid, opts)
+        g, c = table.column("group_key")[0].as_py(), table.column("chunk")[0].as_py()
+        if grid.chunk_start(c) > ctx.t_last or grid.chunk_start(c + 1) <= ctx.t_first:
+            return empty  # only lookback rows for a chunk past the data: no tick of it has figures
+        cols = {name: table.column(name).to_pylist() for name in
                 ("group_key", "chunk", "daemon_key", "order", "b0", "n", "dims", "blob")}
         rows = [SeriesRow(*vals) for vals in zip(cols["group_key"], cols["chunk"], cols["daemon_key"],
                                                  cols["order"], cols["b0"], cols["n"], cols["dims"], cols["blob"])]
-        if not rows:
-            return pa.table({"group_key": pa.array([], pa.int64()), "blob": pa.array([], pa.binary())})
-        g, c = rows[0].group_key, rows[0].chunk
-        res = analyze_chunk(g, c, rows, _context(meta_dir, grid, opts))
+        res = analyze_chunk(g, c, rows, ctx)
         name = f"part-{g & 0xFFFFFFFFFFFFFFFF:016x}-{c & 0xFFFFFFFF:08x}.parquet"
         if res.ticks is not None and res.ticks.num_rows:
             _put_parquet(f"{ticks_dir}/{name}", res.ticks)
@@ -421,19 +452,17 @@ def _sample_grid(segments: list[tuple[str, int]], limit: int = 32) -> tuple[int 
 
 
 def _open(uri: str) -> Any:
-    if "://" not in uri:
-        return open(uri, "rb")
-    import fsspec
-
-    return fsspec.open(uri, "rb").open()
+    if not scheme(uri):
+        return open(uri[len("file://"):] if uri.startswith("file://") else uri, "rb")
+    fs, path = filesystem(uri)
+    return fs.open(path, "rb")
 
 
 def _write_parquet(df: pd.DataFrame, out_dir: str, name: str) -> None:
-    import fsspec
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    fs, root = fsspec.core.url_to_fs(out_dir)
+    fs, root = filesystem(out_dir)
     fs.makedirs(root, exist_ok=True)
     with fs.open(f"{root.rstrip('/')}/{name}.parquet", "wb") as fh:
         pq.write_table(pa.Table.from_pandas(df, preserve_index=False), fh)
@@ -468,26 +497,59 @@ def run_report(path_or_uri: str, out_dir: str, master: str | None = None, progre
     opts = options or ReportOptions()
     prog = Progress(progress)
     t_start = time.monotonic()
-    with prog.stage("list", path_or_uri):
-        segments = list_segments(path_or_uri)
-        total_bytes = sum(s for _, s in segments)
-        prog.say(f"{len(segments)} segments, {total_bytes / 1e6:.1f} MB")
-    sampled_tick, earliest_ms = _sample_grid(segments)
-    grid_ms = opts.tick_ms or sampled_tick or 1000
-    lookback = max(opts.group_ttl_ticks, 1) + 1
-    origin = earliest_ms // grid_ms if earliest_ms is not None else 0
-    grid = Grid(grid_ms, opts.chunk_ticks, lookback, origin)
     own_session = spark is None
-    jvm_log = _jvm_log_path(out_dir)
-    with prog.stage("spark", f"{master or 'local[*]'} (Spark's own log: {jvm_log})" if own_session else ""):
-        if own_session:
-            spark = spark_session(master, opts, progress, jvm_log)
-    sc = spark.sparkContext
+    # The JVM takes seconds to start and waits on nothing here: start it while the segments are
+    # listed and sampled (py4j is thread-safe; the session is the same either way). Its console
+    # output goes to spark.log (Progress keeps its own handle on the real stderr).
+    jvm_log = _jvm_log_path(out_dir) if own_session else None
+    starting = ThreadPoolExecutor(1, thread_name_prefix="rgd-spark-start") if own_session else None
+    pending = starting.submit(spark_session, master, opts, progress, jvm_log) if starting else None
     try:
-        return _run(spark, sc, segments, total_bytes, grid, opts, out_dir, prog, t_start, path_or_uri)
+        with prog.stage("list", path_or_uri):
+            segments = list_segments(path_or_uri)
+            total_bytes = sum(s for _, s in segments)
+            prog.say(f"{len(segments)} segments, {total_bytes / 1e6:.1f} MB")
+            sampled_tick, earliest_ms = _sample_grid(segments)
+        grid_ms = opts.tick_ms or sampled_tick or 1000
+        lookback = max(opts.group_ttl_ticks, 1) + 1
+        origin = earliest_ms // grid_ms if earliest_ms is not None else 0
+        grid = Grid(grid_ms, opts.chunk_ticks, lookback, origin)
+        with prog.stage("spark", f"{master or 'local[*]'} (Spark's own log: {jvm_log})" if own_session else ""):
+            if pending is not None:
+                spark = pending.result()
+    except BaseException:
+        if pending is not None:  # a started session must not outlive a failed listing
+            pending.add_done_callback(lambda f: f.exception() is None and f.result().stop())
+        raise
+    finally:
+        if starting is not None:
+            starting.shutdown(wait=False)
+    sc = spark.sparkContext
+    ship_dir = None
+    executors = None
+    try:
+        if not sc.master.startswith("local"):
+            ship_dir = tempfile.mkdtemp(prefix="rgd-ship-")
+            with prog.stage("executors", "ship rgd's code, check the executors' Python"):
+                executors = ship_code(sc, ship_dir, path_or_uri, out_dir)
+        return _run(spark, sc, segments, total_bytes, grid, opts, out_dir, prog, t_start, path_or_uri, executors)
     finally:
         if own_session:
             spark.stop()
+        if ship_dir is not None:
+            shutil.rmtree(ship_dir, ignore_errors=True)
+
+
+def ship_code(sc: Any, directory: str, *uris: str) -> dict:
+    """Make rgd importable on executors that do not have it, then check they have the rest.
+
+    Local masters skip this: their Python workers run on this machine, where
+    rgd is installed.
+    """
+    from rgd.report.ship import check_executors, package_zip
+
+    sc.addPyFile(str(package_zip(directory)))
+    return check_executors(sc, *uris)
 
 
 def _jvm_log_path(out_dir: str) -> str:
@@ -500,12 +562,11 @@ def _jvm_log_path(out_dir: str) -> str:
 
 
 def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int, grid: Grid,
-         opts: ReportOptions, out_dir: str, prog: Progress, t_start: float, source: str) -> dict:
-    import fsspec
-
+         opts: ReportOptions, out_dir: str, prog: Progress, t_start: float, source: str,
+         executors: dict | None = None) -> dict:
     from rgd.report.analyze import stitch_convergence
 
-    fs, root = fsspec.core.url_to_fs(out_dir)
+    fs, root = filesystem(out_dir)
     root = root.rstrip("/")
     fs.makedirs(root, exist_ok=True)
     work = f"{root}/_work"
@@ -519,13 +580,14 @@ def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int,
             fs.rm(d, recursive=True)
         fs.makedirs(d, exist_ok=True)
     uri_of = (lambda p: fs.unstrip_protocol(p)) if "://" in out_dir else (lambda p: p)
-    files = sc.parallelize([(i, u) for i, (u, _) in enumerate(segments)], max(1, len(segments)))
-    files_df = spark.createDataFrame(files, "seg long, uri string")
-    series = files_df.mapInArrow(_decode_partitions(grid, meta_dir), DECODED_SCHEMA)
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(2, min(400, 2 * len(segments)))))
+    tasks = plan_decode_tasks(segments, sc.defaultParallelism)
+    series = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
+        _decode_partitions(grid, meta_dir, tasks), DECODED_SCHEMA)
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(2, min(400, 4 * sc.defaultParallelism))))
     out = series.groupBy("group_key", "chunk").applyInArrow(
         _analyze_groups(meta_dir, uri_of(ticks_dir), uri_of(shares_dir), grid, opts), AUX_SCHEMA)
-    with prog.stage("decode+analyze", f"{len(segments)} decode tasks (one per segment), then one per (group, chunk)",
+    with prog.stage("decode+analyze",
+                    f"{len(segments)} segments in {len(tasks)} decode tasks, then one task per (group, chunk)",
                     sc=sc):
         aux = [pickle.loads(r["blob"]) | {"group_key": r["group_key"]} for r in out.collect()]
     with prog.stage("merge", "damage, membership, receipts"):
@@ -574,6 +636,8 @@ def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int,
         group_rows = int(sum(m.group_rows for m in good))
         summary = _summary(source, segments, total_bytes, grid, grid_seen, ctx.bin_ticks, opts, metas, good, damage,
                            headers, mem, rec, per_group, conv_pd, totals_by_group, daemons_pd, names, group_rows)
+    if executors is not None:
+        summary["executors"] = executors  # what the probe found on one executor (Python, libraries, rgd's zip)
     summary["timings_s"] = dict(prog.timings)
     with prog.stage("html"):
         from rgd.report.html import render_report

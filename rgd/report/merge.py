@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from rgd.report.decode import COUNT_FIELDS, KINDS
 from rgd.report.receipts import (
     NBINS, ReceiptTables, bin_of, boundary_staleness, merge_loss, quantiles_from_hists,
 )
@@ -49,9 +50,8 @@ class SegmentMeta:
         return self.uri.endswith(".open")
 
 
-TOTAL_COLS = ("publish_messages_admitted", "publish_bytes_admitted", "publish_messages_throttled",
-              "publish_bytes_throttled", "dispatch_messages_admitted", "dispatch_bytes_admitted",
-              "dispatch_messages_throttled", "dispatch_bytes_throttled")
+# columns of the exact totals, in DecodedSegment.counts order: publish_messages_admitted, ... per kind
+TOTAL_COLS = tuple(f"{kind}_{field.split('_')[1]}_{field.split('_')[0]}" for kind in KINDS for field in COUNT_FIELDS)
 
 
 def segments_table(metas: list[SegmentMeta], names: dict[int, str]) -> pd.DataFrame:

@@ -151,6 +151,17 @@ def _receipt_pass(key, pair, tick, seq, recv_ms, pub_ms, nkeys, npairs, nticks, 
             dh, sh, pf, tf)
 
 
+def _codes(keys: np.ndarray, space: int, dense_max: int = 1 << 12) -> tuple[np.ndarray, np.ndarray]:
+    """(code per key, key per code): the keys themselves when their space [0, space) is small (no
+    hashing; codes not present are filtered out afterwards), pandas' factorize otherwise. The bound
+    keeps the per-code tables small: a pair holds two histograms of NBINS counts, and a skewed clock
+    can make the tick space huge."""
+    if space <= dense_max:
+        return np.ascontiguousarray(keys, dtype=np.int64), np.arange(space, dtype=np.int64)
+    codes, uniq = pd.factorize(keys)
+    return codes.astype(np.int64), np.asarray(uniq, np.int64)
+
+
 def reduce_receipts(receiver: np.ndarray, publisher: np.ndarray, incarnation: np.ndarray, seq: np.ndarray,
                     recv_us: np.ndarray, pub_ms: np.ndarray, order: int, grid_ms: int) -> ReceiptTables:
     """Reduce one segment's receipts (arrays in log order); `order` sorts segments of a receiver."""
@@ -160,35 +171,34 @@ def reduce_receipts(receiver: np.ndarray, publisher: np.ndarray, incarnation: np
     pi, pu = pd.factorize(publisher)
     ii, iu = pd.factorize(incarnation)
     ru, pu, iu = np.asarray(ru, np.int64), np.asarray(pu, np.int64), np.asarray(iu, np.int64)
-    np_, ni_ = max(pu.size, 1), max(iu.size, 1)
+    nr_, np_, ni_ = max(ru.size, 1), max(pu.size, 1), max(iu.size, 1)
     pair = (ri * np_ + pi).astype(np.int64)
     key = (pair * ni_ + ii).astype(np.int64)
-    kcodes, kuniq = pd.factorize(key)  # dense keys present in this segment
-    pcodes, puniq = pd.factorize(pair)
+    kcodes, kuniq = _codes(key, nr_ * np_ * ni_)
+    pcodes, puniq = _codes(pair, nr_ * np_)
     bucket = np.floor_divide(recv_ms, grid_ms).astype(np.int64)
     b0 = int(bucket.min()) if bucket.size else 0
     nb = int(bucket.max()) - b0 + 1 if bucket.size else 1
-    tcodes, tuniq = pd.factorize(ri.astype(np.int64) * nb + (bucket - b0))
+    tcodes, tuniq = _codes(ri.astype(np.int64) * nb + (bucket - b0), nr_ * nb)
     (rk, rs, re_, rf, has, first_recv, last_recv, last_pub, dh, sh, pf, tf) = _receipt_pass(
-        kcodes.astype(np.int64), pcodes.astype(np.int64), tcodes.astype(np.int64),
-        np.ascontiguousarray(seq, dtype=np.int64), recv_ms, pub, int(kuniq.size), int(puniq.size),
-        int(tuniq.size), EDGES_MS)
-    kuniq = np.asarray(kuniq, np.int64)
-    puniq = np.asarray(puniq, np.int64)
-    tuniq = np.asarray(tuniq, np.int64)
+        kcodes, pcodes, tcodes, np.ascontiguousarray(seq, dtype=np.int64), recv_ms, pub, int(kuniq.size),
+        int(puniq.size), int(tuniq.size), EDGES_MS)
 
     def split_key(k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return ru[k // ni_ // np_], pu[(k // ni_) % np_], iu[k % ni_]
 
     r_r, r_p, r_i = split_key(kuniq[rk])
     runs = {"receiver": r_r, "publisher": r_p, "incarnation": r_i, "start": rs, "end": re_, "frames": rf}
+    seen = pf[:, 0] > 0  # codes may be a dense space: keep what this segment has
+    pf, dh, sh, puniq = pf[seen], dh[seen], sh[seen], puniq[seen]
     pairs = {"receiver": ru[puniq // np_], "publisher": pu[puniq % np_], "n": pf[:, 0].astype(np.int64),
              "delay_sum": pf[:, 1], "delay_max": pf[:, 2], "delay_min": pf[:, 3],
              "stale_n": pf[:, 4].astype(np.int64), "stale_sum": pf[:, 5], "stale_max": pf[:, 6]}
-    e_r, e_p, e_i = split_key(kuniq)
+    e_r, e_p, e_i = split_key(kuniq[has])
     edges = {"receiver": e_r, "publisher": e_p, "incarnation": e_i,
-             "order": np.full(kuniq.size, order, dtype=np.int64),
-             "first_recv_ms": first_recv, "last_recv_ms": last_recv, "last_pub_ms": last_pub}
+             "order": np.full(e_r.size, order, dtype=np.int64),
+             "first_recv_ms": first_recv[has], "last_recv_ms": last_recv[has], "last_pub_ms": last_pub[has]}
+    tf, tuniq = tf[tf[:, 0] > 0], tuniq[tf[:, 0] > 0]
     ticks = {"receiver": ru[tuniq // nb] if tuniq.size else ru[:0], "bucket": tuniq % nb + b0,
              "n": tf[:, 0].astype(np.int64), "delay_sum": tf[:, 1], "delay_max": tf[:, 2], "stale_max": tf[:, 3]}
     return ReceiptTables(runs, pairs, dh, sh, edges, ticks)

@@ -8,30 +8,61 @@ segment that cannot be read or decoded comes back as a SegmentMeta with
 
 from __future__ import annotations
 
+import mmap
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
 import numpy as np
 
 from rgd.report.decode import (
-    F_DHASH, F_INC, F_INDEX, F_PHASH, F_PUB_MS, F_RECV_US, F_SEQ, G_HASH, G_REP, R_DHASH, R_INC, R_LEAVING,
+    F_DHASH, F_INC, F_INDEX, F_PHASH, F_PUB_MS, F_RECV_US, F_SEQ, R_DHASH, R_INC, R_LEAVING,
     R_NGROUPS, R_OK, R_PUB_MS, R_SEQ, R_TICK_MS, decode_segment,
 )
 from rgd.report.merge import SegmentMeta
 from rgd.report.receipts import reduce_receipts
 from rgd.report.series import Grid, SeriesRow, segment_series
+from rgd.storage import filesystem, scheme
+from rgd.usage_log.segment import CLOSED_SUFFIX
+
+
+@contextmanager
+def segment_bytes(uri: str) -> Iterator[bytes | mmap.mmap]:
+    """The whole file at `uri` (a local path or any fsspec URI).
+
+    A closed local segment is memory-mapped: the decoder reads the page cache
+    in place instead of a 30 MB copy per segment (about 5 % of a segment's
+    decode). Only closed ones: they never change, while an `.open` segment may
+    be truncated by its daemon's recovery, and a mapping of a shrinking file
+    faults (SIGBUS) instead of raising.
+    """
+    if scheme(uri):
+        fs, path = filesystem(uri)
+        with fs.open(path, "rb") as fh:
+            yield fh.read()
+        return
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    with open(path, "rb") as fh:
+        if not path.endswith(CLOSED_SUFFIX) or os.fstat(fh.fileno()).st_size == 0:
+            yield fh.read()
+            return
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        yield mm
+    finally:
+        try:
+            mm.close()
+        except BufferError:  # a view still refers to it: the garbage collector closes it later
+            pass
 
 
 def read_uri(uri: str) -> bytes:
-    """Whole file at `uri` (a local path or any fsspec URI)."""
-    if "://" not in uri or uri.startswith("file://"):
-        path = uri[len("file://"):] if uri.startswith("file://") else uri
-        with open(path, "rb") as fh:
-            return fh.read()
-    import fsspec
-
-    with fsspec.open(uri, "rb") as fh:
-        return fh.read()
+    """Whole file at `uri` as bytes (tools and tests; the report itself uses segment_bytes)."""
+    with segment_bytes(uri) as data:
+        return bytes(data)
 
 
-def process_segment(data: bytes, uri: str, grid: Grid) -> tuple[list[SeriesRow], SegmentMeta]:
+def process_segment(data: bytes | mmap.mmap, uri: str, grid: Grid) -> tuple[list[SeriesRow], SegmentMeta]:
     meta = SegmentMeta(uri=uri, size=len(data))
     try:
         seg = decode_segment(data, uri)
@@ -54,23 +85,12 @@ def process_segment(data: bytes, uri: str, grid: Grid) -> tuple[list[SeriesRow],
             "pub_ms": Rk[:, R_PUB_MS], "tick_ms": Rk[:, R_TICK_MS], "leaving": Rk[:, R_LEAVING],
             "groups": Rk[:, R_NGROUPS], "order": F[F_INDEX, seg.published[ok]],
         }
-        gm = seg.group_meta
-        if gm.shape[0]:
-            gu, gi = np.unique(gm[:, G_HASH], return_inverse=True)
-            du, di = np.unique(R[gm[:, G_REP], R_DHASH], return_inverse=True)
-            key = gi * du.size + di
-            o = np.argsort(key, kind="stable")
-            k = key[o]
-            starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
-            sums = np.add.reduceat(seg.counts[o], starts, axis=0)
-            ks = k[starts]
-            meta.totals = {"group": gu[ks // du.size], "daemon": du[ks % du.size], "counts": sums}
         rc = seg.receipts
         if rc.size:
             meta.receipt_tables = reduce_receipts(
                 F[F_DHASH, rc], F[F_PHASH, rc], F[F_INC, rc], F[F_SEQ, rc], F[F_RECV_US, rc], F[F_PUB_MS, rc],
                 order=meta.first_index, grid_ms=grid.grid_ms)
-        rows = segment_series(seg, grid)
+        rows, meta.totals = segment_series(seg, grid)
         if rows:
             meta.series_keys = np.unique(np.array([(r.group_key, r.chunk) for r in rows], np.int64), axis=0)
     except Exception as exc:  # a decoder bug must not sink the whole report

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fsspec
+from rgd.storage import filesystem
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class ArchiveTarget:
 
     def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
         self.uri = uri
-        self.fs, root = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+        self.fs, root = filesystem(uri, **(storage_options or {}))
         self.root = root.rstrip("/") or "/"
 
     def dest(self, daemon: str, name: str) -> str:
