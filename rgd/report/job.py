@@ -501,7 +501,10 @@ def run_report(path_or_uri: str, out_dir: str, master: str | None = None, progre
     # The JVM takes seconds to start and waits on nothing here: start it while the segments are
     # listed and sampled (py4j is thread-safe; the session is the same either way). Its console
     # output goes to spark.log (Progress keeps its own handle on the real stderr).
-    jvm_log = _jvm_log_path(out_dir) if own_session else None
+    # In the temp directory while Spark runs (nothing is written to --out before the logs
+    # are found), beside the report once it is written.
+    jvm_log = os.path.join(tempfile.gettempdir(), f"rgd-report-spark-{os.getpid()}.log") if own_session else None
+    final_log = _jvm_log_path(out_dir) if own_session else None
     starting = ThreadPoolExecutor(1, thread_name_prefix="rgd-spark-start") if own_session else None
     pending = starting.submit(spark_session, master, opts, progress, jvm_log) if starting else None
     try:
@@ -514,7 +517,7 @@ def run_report(path_or_uri: str, out_dir: str, master: str | None = None, progre
         lookback = max(opts.group_ttl_ticks, 1) + 1
         origin = earliest_ms // grid_ms if earliest_ms is not None else 0
         grid = Grid(grid_ms, opts.chunk_ticks, lookback, origin)
-        with prog.stage("spark", f"{master or 'local[*]'} (Spark's own log: {jvm_log})" if own_session else ""):
+        with prog.stage("spark", f"{master or 'local[*]'} (Spark's own log: {final_log})" if own_session else ""):
             if pending is not None:
                 spark = pending.result()
     except BaseException:
@@ -532,12 +535,15 @@ def run_report(path_or_uri: str, out_dir: str, master: str | None = None, progre
             ship_dir = tempfile.mkdtemp(prefix="rgd-ship-")
             with prog.stage("executors", "ship rgd's code, check the executors' Python"):
                 executors = ship_code(sc, ship_dir, path_or_uri, out_dir)
-        return _run(spark, sc, segments, total_bytes, grid, opts, out_dir, prog, t_start, path_or_uri, executors)
+        summary = _run(spark, sc, segments, total_bytes, grid, opts, out_dir, prog, t_start, path_or_uri, executors)
     finally:
         if own_session:
             spark.stop()
         if ship_dir is not None:
             shutil.rmtree(ship_dir, ignore_errors=True)
+    if jvm_log is not None and final_log is not None and final_log != jvm_log and os.path.exists(jvm_log):
+        shutil.move(jvm_log, final_log)  # the JVM has exited: nothing writes to it any more
+    return summary
 
 
 def ship_code(sc: Any, directory: str, *uris: str) -> dict:
@@ -553,12 +559,11 @@ def ship_code(sc: Any, directory: str, *uris: str) -> dict:
 
 
 def _jvm_log_path(out_dir: str) -> str:
-    """spark.log beside the report when out_dir is local; in the temp directory otherwise."""
+    """Where spark.log ends up: beside the report when out_dir is local; in the temp
+    directory otherwise."""
     if "://" in out_dir and not out_dir.startswith("file://"):
         return os.path.join(tempfile.gettempdir(), f"rgd-report-spark-{os.getpid()}.log")
-    local = out_dir.removeprefix("file://")
-    os.makedirs(local, exist_ok=True)
-    return os.path.join(os.path.abspath(local), "spark.log")
+    return os.path.join(os.path.abspath(out_dir.removeprefix("file://")), "spark.log")
 
 
 def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int, grid: Grid,
