@@ -149,6 +149,8 @@ class Bench:
         self.a = a
         self.work = work
         self.server: ba.Server | None = None
+        self.trivial: ba.Server | None = None  # the do-nothing aiohttp handler: the latency floor of this machine
+        self.trivial_port = 0
         self.port = 0
         self.sock = work / "rgd.sock"
         self.files: dict[str, Path] = {}
@@ -165,6 +167,11 @@ class Bench:
         self.server = ba.Server("rgd", ba.pinned(cmd, self.a.server_cpu), self.work / "rgd.log")
         ba.wait_ready(self.server, f"http://{ba.HOST}:{self.port}/readyz", self.a.ready_timeout)
         self.server.extra_groups.append(int(json.loads((data / "broker.json").read_text())["pid"]))
+        self.trivial_port = free_port()
+        self.trivial = ba.Server("trivial", ba.pinned([sys.executable, str(HERE / "trivial_server.py"), "--listen",
+                                                       f"{ba.HOST}:{self.trivial_port}", "--uvloop"],
+                                                      self.a.server_cpu), self.work / "trivial.log")
+        ba.wait_ready(self.trivial, f"http://{ba.HOST}:{self.trivial_port}/readyz", self.a.ready_timeout)
         for name, make in BODIES.items():
             path = self.work / f"{name}.json"
             path.write_bytes(json.dumps(make(), separators=(",", ":")).encode())
@@ -235,18 +242,19 @@ class Bench:
                           f"{s['p50_us'] / 1000:.3f} ms  p99 {s['p99_us'] / 1000:.3f} ms  "
                           f"{s['cpu_us_per_request']:>7,.1f} daemon CPU-us/req", flush=True)
 
-    # 3. latency at half the maximum
+    # 3. latency at half the maximum, and the trivial handler's at the same offered load
     def latency_stage(self) -> None:
         for body in ("single", "batch_10ns"):
             best = max(r["req_per_s"] for r in self.out["wrk"] if r["case"] == body)
             rate = 0.5 * best
-            s = self.raw(f"tcp:{ba.HOST}:{self.port}", body, self.a.duration, rate=rate,
-                         connections=self.a.latency_connections)
-            s.update(max_req_per_s=best, load=0.5)
-            self.out["latency"].append(s)
-            print(f"  {body:<11} at 50 % of {best:,.0f} req/s ({rate:,.0f} offered, {s['req_per_s']:,.0f} done): "
-                  f"p50 {s['p50_us'] / 1000:.3f} ms  p99 {s['p99_us'] / 1000:.3f} ms  p99.9 "
-                  f"{s['p999_us'] / 1000:.3f} ms  max {s['max_us'] / 1000:.3f} ms", flush=True)
+            for server, port in (("rgd", self.port), ("trivial", self.trivial_port)):
+                s = self.raw(f"tcp:{ba.HOST}:{port}", body, self.a.duration, rate=rate,
+                             connections=self.a.latency_connections)
+                s.update(server=server, max_req_per_s=best, load=0.5)
+                self.out["latency"].append(s)
+                print(f"  {server:<7} {body:<11} at 50 % of {best:,.0f} req/s ({rate:,.0f} offered, "
+                      f"{s['req_per_s']:,.0f} done): p50 {s['p50_us'] / 1000:.3f} ms  p99 {s['p99_us'] / 1000:.3f} ms"
+                      f"  p99.9 {s['p999_us'] / 1000:.3f} ms  max {s['max_us'] / 1000:.3f} ms", flush=True)
 
     # 4. rgd.client
     def client_stage(self) -> None:
@@ -308,9 +316,16 @@ def summarize(out: dict[str, Any]) -> dict[str, Any]:
             fig[f"{transport}_{body}_latency_ms"] = {
                 "p50": statistics.median(get[(transport, p, body)]["p50_us"] / 1000 for p in pairs),
                 "p99": statistics.median(get[(transport, p, body)]["p99_us"] / 1000 for p in pairs)}
+    floor = {s["body"]: s for s in out["latency"] if s["server"] == "trivial"}
     for s in out["latency"]:
+        if s["server"] != "rgd":
+            continue
         entry = {"p50_ms": s["p50_us"] / 1000, "p99_ms": s["p99_us"] / 1000, "p999_ms": s["p999_us"] / 1000,
                  "offered_req_per_s": s["offered_per_s"], "done_req_per_s": s["req_per_s"]}
+        base = floor.get(s["body"])
+        if base is not None:
+            entry["trivial"] = {"p50_ms": base["p50_us"] / 1000, "p99_ms": base["p99_us"] / 1000,
+                                "p999_ms": base["p999_us"] / 1000}
         if s["body"] == "single":
             entry.update(target_p99_ms=SINGLE_P99_TARGET_MS, met=entry["p99_ms"] <= SINGLE_P99_TARGET_MS)
         fig[f"{s['body']}_at_half_load"] = entry
@@ -351,8 +366,11 @@ def print_summary(fig: dict[str, Any]) -> None:
         if f:
             verdict = (f"  target p99 <= {f['target_p99_ms']} ms  {'MET' if f['met'] else 'BELOW TARGET'}"
                        if "met" in f else "")
+            t = f.get("trivial", {})
+            floor = (f"; trivial handler at the same load p50 {t['p50_ms']:.3f}  p99 {t['p99_ms']:.3f}  "
+                     f"p99.9 {t['p999_ms']:.3f} ms (p99 {f['p99_ms'] / t['p99_ms']:.2f}x)") if t.get("p99_ms") else ""
             print(f"  {body} at 50 % load ({f['done_req_per_s']:,.0f} req/s): p50 {f['p50_ms']:.3f} ms  "
-                  f"p99 {f['p99_ms']:.3f} ms  p99.9 {f['p999_ms']:.3f} ms{verdict}")
+                  f"p99 {f['p99_ms']:.3f} ms  p99.9 {f['p999_ms']:.3f} ms{verdict}{floor}")
     if "client_calls_per_s" in fig:
         c, r = fig["client_calls_per_s"], fig["client_over_raw_batch_per_cpu_s"]
         print(f"  rgd.client, one process        {c['value']:,.0f} decisions/s ({c['asks_per_request']:.0f} asks per "
@@ -427,8 +445,9 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
                 bench.client_stage()
         finally:
-            if bench.server is not None:
-                bench.server.stop()
+            for server in (bench.server, bench.trivial):
+                if server is not None:
+                    server.stop()
     fig = summarize(bench.out)
     print_summary(fig)
     info["loadavg_end"] = os.getloadavg()

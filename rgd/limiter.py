@@ -15,7 +15,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import attrgetter, sub
-from typing import Callable, NamedTuple, Protocol, Sequence
+from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
 
 from rgd.groups import ResourceGroup
 from rgd.token_bucket import INF, TokenBucket
@@ -206,7 +206,8 @@ class Limiter:
         st.throttled_events[reason] = st.throttled_events.get(reason, 0) + 1
         return Decision(False, max(wait_m, wait_b), mb.tokens, bb.tokens, reason)
 
-    def acquire_batch(self, group: ResourceGroup, kind: str, asks: Sequence[AskLike], now: float) -> BatchOutcome:
+    def acquire_batch(self, group: ResourceGroup, kind: str, asks: Sequence[AskLike], now: float,
+                      namespaces: Iterable[str] | None = None) -> BatchOutcome:
         """The asks of one (group, kind), in order, at one clock reading: the same
         answers and bucket state as calling `acquire` on each in turn.
 
@@ -217,7 +218,8 @@ class Limiter:
         non-decreasing, so the run's length is a bisection of each bucket's prefix
         sums, all in C. From the first ask that does not fit (it may still pass by
         the full-bucket rule, or a later smaller one may) `acquire` decides one by
-        one. tests/test_batch_semantics.py holds this to `acquire` ask by ask."""
+        one. tests/test_batch_semantics.py holds this to `acquire` ask by ask.
+        `namespaces`: the asks' distinct namespaces, when the caller has them at hand."""
         st = self.states.get((group.name, kind))
         if st is None:
             st = self.state(group, kind, now)
@@ -226,7 +228,8 @@ class Limiter:
             mb.refill(now)
         if now > bb.updated:
             bb.refill(now)
-        st.namespaces.update(map(_namespace_of, asks))  # what `acquire` adds, denied asks included
+        # what `acquire` adds, denied asks included
+        st.namespaces.update(map(_namespace_of, asks) if namespaces is None else namespaces)
         topics = st.topics
         topics.update(map(_topic_of, asks))
         topics.discard(None)

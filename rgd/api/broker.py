@@ -101,7 +101,7 @@ def _batch(daemon: "Daemon", asks: list[Ask]) -> list[Any]:
         group = next(iter(group_of.values()))
         if group is None:
             return [_UNLIMITED] * len(asks)
-        return _group_answers(group.name, limiter.acquire_batch(group, kinds.pop(), asks, now))
+        return _group_answers(group.name, limiter.acquire_batch(group, kinds.pop(), asks, now, group_of.keys()))
     by_key: dict[tuple[str, str], tuple[list[int], list[Ask]]] = {}
     results: list[Any] = [_UNLIMITED] * len(asks)
     for i, ask in enumerate(asks):
