@@ -78,11 +78,17 @@ DECISIONS = {"single": 1, "batch_10ns": BATCH, "batch_1000ns": BATCH}
 # -- the client's load (a subcommand, so it runs in a process of its own on the client CPU) --
 
 async def _client_load(url: str, duration: float, callers: int, rate: float, window: float) -> dict[str, Any]:
+    """Closed loop (rate 0): every caller calls again as soon as answered. Open loop:
+    a pacer releases `rate` calls per second to idle callers (through one future
+    each, cheaper than a timer per call, so the generator takes as little of the
+    process as it can), and a call's latency runs from its release to its answer."""
     from rgd.client import SOURCE_DAEMON, Client
 
+    loop = asyncio.get_running_loop()
     latencies: list[float] = []
-    other = {"denied": 0, "not_daemon": 0}
+    other = {"denied": 0, "not_daemon": 0, "late": 0}
     perf = time.perf_counter
+    idle: list[asyncio.Future[float]] = []
     async with Client(url, window=window, connections=8) as client:
         started = perf()
         deadline = started + duration
@@ -91,16 +97,16 @@ async def _client_load(url: str, duration: float, callers: int, rate: float, win
             ns = f"bench/ns{i % 10}"
             msgs = 1 + i % 10
             topic = f"persistent://{ns}/t{i % 7}"
-            interval = callers / rate if rate > 0 else 0.0
-            due = started + (i / callers) * interval
             acquire, record = client.acquire, latencies.append
             while len(latencies) < 50_000_000:
-                if interval:
-                    due += interval
-                    wait = due - perf()
-                    if wait > 0:
-                        await asyncio.sleep(wait)
-                t0 = perf()
+                if rate > 0:
+                    if perf() >= deadline:
+                        return
+                    gate = loop.create_future()
+                    idle.append(gate)
+                    t0 = await gate
+                else:
+                    t0 = perf()
                 if t0 >= deadline:
                     return
                 answer = await acquire(ns, "publish", msgs, msgs * 1024, topic)
@@ -110,7 +116,26 @@ async def _client_load(url: str, duration: float, callers: int, rate: float, win
                 if answer.source != SOURCE_DAEMON:
                     other["not_daemon"] += 1
 
-        await asyncio.gather(*(caller(i) for i in range(callers)))
+        async def pacer() -> None:
+            released = 0
+            while True:
+                now = perf()
+                due = int((min(now, deadline) - started) * rate)
+                while released < due and idle:
+                    idle.pop().set_result(now)
+                    released += 1
+                other["late"] = due - released  # calls due that found no idle caller
+                if now >= deadline:  # callers still busy see the deadline before they wait again
+                    for gate in idle:
+                        gate.set_result(now)
+                    idle.clear()
+                    return
+                await asyncio.sleep(0.0002)
+
+        tasks = [caller(i) for i in range(callers)]
+        if rate > 0:
+            tasks.append(pacer())
+        await asyncio.gather(*tasks)
         elapsed = perf() - started
         stats = client.stats
     latencies.sort()
@@ -121,7 +146,7 @@ async def _client_load(url: str, duration: float, callers: int, rate: float, win
     return {"calls": len(latencies), "seconds": round(elapsed, 3), "calls_per_s": round(len(latencies) / elapsed, 1),
             "offered_per_s": rate or None, "requests": stats.requests, "asks_per_request":
             round(stats.asks / stats.requests, 1) if stats.requests else 0, "denied": other["denied"],
-            "not_from_daemon": other["not_daemon"], "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
+            "not_from_daemon": other["not_daemon"], "late": other["late"], "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
             "p999_ms": pct(99.9)}
 
 

@@ -5,7 +5,9 @@ deciding a few hundred asks inside a batch (bench/bench_batch.py), so a broker
 that asks once per message is capped by HTTP, not by rate limiting. `acquire`
 looks like one ask, but concurrent calls within a short window (default
 0.5 ms) travel as one `{"requests": [...]}` POST, at most 1000 asks each, over
-kept-alive connections (TCP or the node-local unix socket).
+kept-alive connections (TCP or the node-local unix socket). With `max_inflight`
+(4) requests out, further asks wait for the first answer instead of their
+window, so batches grow with the load rather than the number of requests.
 
 What it promises when the daemon cannot answer (connection refused, timeout,
 5xx): an explicit policy, never a hang or an exception per message.
@@ -39,7 +41,8 @@ from rgd.groups import KINDS
 from rgd.settings import UNIX_PREFIX
 from rgd.token_bucket import TokenBucket
 
-__all__ = ["Answer", "Client", "ClientStats", "RgdRequestError"]
+__all__ = ["Answer", "Client", "ClientStats", "RgdRequestError", "SOURCE_DAEMON", "SOURCE_FALLBACK",
+           "SOURCE_RETRY_AFTER"]
 
 SOURCE_DAEMON = "daemon"  # the daemon decided
 SOURCE_RETRY_AFTER = "retry_after"  # denied locally: inside the daemon's Retry-After for this (namespace, kind)
@@ -55,6 +58,9 @@ class Answer(NamedTuple):
     reason: str | None = None  # why denied (the daemon's reason, or "unreachable")
     group: str | None = None
     source: str = SOURCE_DAEMON
+
+
+_new_answer = tuple.__new__  # Answer(...) without the Python-level __new__ frame: once per call
 
 
 class RgdRequestError(RuntimeError):
@@ -108,6 +114,7 @@ class Client:
         max_batch: int = MAX_BATCH,
         timeout: float = 2.0,
         connections: int = 8,
+        max_inflight: int = 4,
         on_unreachable: Literal["open", "closed"] = "closed",
         fallback_rate: tuple[float, float] = (0.0, math.inf),
         unreachable_backoff: float = 0.5,
@@ -116,6 +123,8 @@ class Client:
     ) -> None:
         if not 0 <= window <= 1.0:
             raise ValueError(f"window: {window} is out of range (0..1 s)")
+        if not 1 <= max_inflight <= connections:
+            raise ValueError(f"max_inflight: {max_inflight} is out of range (1..connections={connections})")
         if not 1 <= max_batch <= MAX_BATCH:
             raise ValueError(f"max_batch: {max_batch} is out of range (1..{MAX_BATCH})")
         if on_unreachable not in ("open", "closed"):
@@ -135,6 +144,7 @@ class Client:
         self.max_batch = max_batch
         self.timeout = timeout
         self.connections = connections
+        self.max_inflight = max_inflight  # requests out at once before asks wait for an answer (full batches excepted)
         self.on_unreachable = on_unreachable
         self.fallback_rate = fallback_rate
         self.unreachable_backoff = unreachable_backoff
@@ -160,8 +170,8 @@ class Client:
     async def close(self) -> None:
         """Send what is pending, wait for the answers, close the connections."""
         self._closed = True
-        self._flush()
-        while self._inflight:
+        while self._asks or self._inflight:
+            self._flush(force=True)
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
         if self._session is not None:
             await self._session.close()
@@ -196,17 +206,29 @@ class Client:
             self._timer = asyncio.get_running_loop().call_later(self.window, self._flush)
         return await future
 
-    def _flush(self) -> None:
+    def _flush(self, force: bool = False) -> None:
+        """Send the pending asks: when their window is over, unless `max_inflight`
+        requests are out (then the first answer to come back sends them: under load
+        batches grow to fill a round trip instead of multiplying small requests,
+        each of which costs both processes far more than an ask); a full batch goes
+        at once."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if not self._asks:
             return
+        if not force and len(self._inflight) >= self.max_inflight and len(self._asks) < self.max_batch:
+            return  # _sent() sends them
         asks, futures = self._asks, self._futures
         self._asks, self._futures = [], []
         task = asyncio.get_running_loop().create_task(self._send(asks, futures))
         self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task) -> None:
+        self._inflight.discard(task)
+        if self._asks and self._timer is None:  # their window is over: they were waiting for this
+            self._flush()
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -254,7 +276,8 @@ class Client:
             if future.done():
                 continue
             if r.allowed:
-                future.set_result(Answer(True, 0.0, r.remaining_messages, r.remaining_bytes, None, r.group))
+                future.set_result(_new_answer(Answer, (True, 0.0, r.remaining_messages, r.remaining_bytes, None,
+                                                       r.group, SOURCE_DAEMON)))
                 continue
             wait = (r.retry_after_ms or 0) / 1000
             if r.group is not None and wait > 0 and self.max_hold > 0:
