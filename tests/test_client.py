@@ -183,3 +183,14 @@ async def test_readme_example_runs(make_daemon, config, seen):
     assert proc.returncode == 0, err.decode()
     assert out.decode().strip() == "50 of 50 allowed; 1 HTTP request(s)"
     assert seen == [50]
+
+
+async def test_asks_wait_for_an_answer_when_max_inflight_requests_are_out(make_daemon, config, seen):
+    d = await make_daemon(config=config, strategy="static")
+    async with Client(base_url(d), window=0.0, max_inflight=1) as client:
+        first = asyncio.ensure_future(client.acquire("big/a"))
+        while not client._inflight:  # the first request is on its way
+            await asyncio.sleep(0)
+        rest = await asyncio.gather(*(client.acquire("big/a") for _ in range(50)))  # windows end while it is out
+        assert (await first).allowed and all(a.allowed for a in rest)
+    assert seen == [1, 50]
