@@ -65,7 +65,7 @@ class BatchOutcome(NamedTuple):
 # Below this a float holds every integer, so subtracting whole asks is exact: the
 # batch step can count in ints and still leave the bits the one-by-one path leaves.
 _EXACT = float(2**53)
-_UNLIMITED_TOKENS = 1 << 62  # stands in for an unlimited bucket's INF: 1000 asks never drain it
+_UNLIMITED_TOKENS = 1 << 62  # an unlimited bucket's INF, as an int above any batch's sum (1000 x 2**40 bytes)
 _messages_of = attrgetter("messages")
 _nbytes_of = attrgetter("nbytes")
 _namespace_of = attrgetter("namespace")
