@@ -58,6 +58,7 @@ class WindowMetrics:
     jain: float | None
     binding: str = ""  # what limits the ideal at the window's start: messages, bytes or demand
     superseded: bool = False  # cut short by the next change before it could converge
+    moved: bool = True  # the change moved this dimension's ideal (else it is another dimension's)
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,22 @@ def window_metrics(dimension: str, series: Sequence[DimensionTick | None], chang
         _mean([jain(t, j) for _, t, j in steady]),
         binding(ticks[0][2]),
         superseded=ttc is None and end - change.observable < BUDGET + HOLD,
+        moved=_moved(series, change, ticks[0][2]),
     )
+
+
+def _moved(series: Sequence[DimensionTick | None], change: Change, after: Judged) -> bool:
+    """Did the change move this dimension's ideal (beyond the convergence tolerance)?"""
+    before_tick = series[change.tick - 1] if change.tick > 0 else None
+    if before_tick is None:
+        return True
+    before = judge(before_tick)
+    if set(before.ids) != set(after.ids) or before.constraints != after.constraints:
+        return True
+    old, new = before.shares, after.shares
+    weights = dict(zip(after.ids, dominant_weights(after.constraints, len(after.ids))))
+    return any(abs(new[i] - old[i]) > TOLERANCE * max(new[i], old[i]) + (SLACK / weights[i] if weights[i] else 0)
+               for i in after.ids)
 
 
 def evaluate(result: RunResult) -> Metrics:
