@@ -403,6 +403,7 @@ class CaseResult:
     loss: float
     delay: float
     overshoot_pct: float
+    overshoot_at: str
     converge: tuple[int | None, ...]  # per change that moved a dimension's ideal; None = never
     superseded: int  # changes cut short by the next before they could show convergence
     utilization: tuple[float, ...]  # per converged change, binding dimension
@@ -422,7 +423,7 @@ def judge_case(scenario: Scenario, m: Metrics, seconds: float) -> CaseResult:
     converged = [w for w in judged if w.ticks_to_converge is not None]
     return CaseResult(
         scenario=m.scenario, strategy=m.strategy, loss=scenario.loss, delay=scenario.delay,
-        overshoot_pct=m.overshoot_pct,
+        overshoot_pct=m.overshoot_pct, overshoot_at=m.overshoot_at,
         converge=tuple(w.ticks_to_converge for w in judged),
         superseded=sum(1 for w in m.windows if w.moved and w.superseded),
         utilization=tuple(w.utilization for w in converged if w.utilization is not None),
@@ -442,7 +443,7 @@ def run_case(job: tuple[int, int, tuple[str, ...]]) -> list[CaseResult]:
         try:
             m = evaluate(run(sc, strategy))
         except Exception as exc:  # a crash in the simulated daemon is a finding, not the fuzzer's end
-            out.append(CaseResult(sc.name, strategy, sc.loss, sc.delay, math.inf, (None,), 0, (), (), (),
+            out.append(CaseResult(sc.name, strategy, sc.loss, sc.delay, math.inf, "", (None,), 0, (), (), (),
                                   time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}"))
             continue
         out.append(judge_case(sc, m, time.perf_counter() - started))
@@ -455,7 +456,7 @@ def failures(c: CaseResult) -> list[str]:
         return [f"the run raised {c.error}"]
     out = []
     if c.overshoot_pct > TARGETS.overshoot_pct:
-        out.append(f"overshoot {c.overshoot_pct:.1f} % > {TARGETS.overshoot_pct:g} %")
+        out.append(f"overshoot {c.overshoot_pct:.1f} % > {TARGETS.overshoot_pct:g} % at {c.overshoot_at}")
     if c.strict_convergence:
         slow = [t for t in c.converge if t is None or t > TARGETS.converge_all_ticks]
         if slow:
@@ -646,8 +647,8 @@ def _comparison(figs: dict[str, StrategyFigures]) -> list[str]:
         c = f.converge_strict
         return (sum(1 for x in c if x <= TARGETS.converge_ticks) / len(c) if c else 1.0, -max(c, default=0.0))
 
-    def worst(f: StrategyFigures) -> float:
-        return math.inf if f.errors else max(f.overshoot, default=0.0)
+    def worst(f: StrategyFigures) -> float:  # over the runs that completed (raised runs: their own line)
+        return max(f.overshoot, default=0.0)
 
     worse_over = [s for s, f in figs.items() if s != "rgd" and worst(f) < worst(r)]
     better_conv = [s for s, f in figs.items() if s != "rgd" and conv_key(f) > conv_key(r)]

@@ -72,6 +72,7 @@ class Metrics:
     over_quota_share: float
     report_bytes_per_daemon_tick: float
     windows: list[WindowMetrics] = field(default_factory=list)
+    overshoot_at: str = ""  # where the worst tick was: "group/kind tick k (messages|bytes)"
     counters: dict[str, int] = field(default_factory=dict)  # reports, groups sent/suppressed, losses...
 
     def to_json(self) -> dict[str, Any]:
@@ -208,17 +209,21 @@ def _moved(series: Sequence[DimensionTick | None], change: Change, after: Judged
 def evaluate(result: RunResult) -> Metrics:
     windows: list[WindowMetrics] = []
     worst = 0.0
+    worst_at = ""
     over = 0
     measured = 0
     for dim in sorted(result.dims):
         series = result.dims[dim]
-        for t in series:
+        for k, t in enumerate(series):
             if t is None:
                 continue
             dims = usage_and_quota(t)
             if not dims:
                 continue
-            worst = max(worst, max((u / q - 1.0) * 100.0 for u, q in dims))
+            tick_worst, which = max(((u / q - 1.0) * 100.0, i) for i, (u, q) in enumerate(dims))
+            if tick_worst > worst:
+                what = ("messages", "bytes")[which] if t.bytes_quota >= 0 else "its one limit"
+                worst, worst_at = tick_worst, f"{dim} tick {k} ({what})"
             measured += 1
             over += any(u > q * (1 + OVER_GRACE) for u, q in dims)
         for i, change in enumerate(result.changes):
@@ -239,5 +244,6 @@ def evaluate(result: RunResult) -> Metrics:
         over_quota_share=over / measured if measured else 0.0,
         report_bytes_per_daemon_tick=result.report_bytes / max(1, result.daemon_ticks),
         windows=windows,
+        overshoot_at=worst_at,
         counters={**result.counters, "transport_lost": result.reports_lost},
     )

@@ -41,23 +41,35 @@ def lexicographic_max_min(demands: Sequence[float], sizes: Sequence[float], mess
             fixed[i] = 0.0
         elif w[i] == 0:
             fixed[i] = float(d[i])
-    # Variables: x_0..x_{n-1}, t. Shares are scaled by `scale` to keep HiGHS well conditioned.
-    scale = 1.0 / max(1e-300, float(np.max(w[np.isfinite(w)], initial=1.0)))
+    # Variables: y_i = w_i x_i (dominant shares) and t. In share units every coefficient lies in
+    # (0, 1] and every right-hand side is 1, so HiGHS sees a well-scaled problem whatever the
+    # quotas (it drops matrix entries below 1e-9, e.g. 1 / 1e9 msg/s).
+    share_rows = []
+    for row, cap in zip(rows, caps):
+        if cap <= 0:
+            continue
+        share_rows.append(np.where(w > 0, row / cap / np.where(w > 0, w, 1.0), 0.0))
     while len(fixed) < n:
         free = [i for i in range(n) if i not in fixed]
 
         def constraints(level: float | None) -> tuple[np.ndarray, np.ndarray, list[tuple[float, float]]]:
             a_ub, b_ub = [], []
-            for row, cap in zip(rows, caps):
+            for row in share_rows:
                 a_ub.append(np.append(row, 0.0))
-                b_ub.append(cap)
-            for i in free:  # t <= w_i x_i / scale  ->  t - w_i x_i / scale <= 0
+                b_ub.append(1.0)
+            for i in free:  # t <= y_i
                 r = np.zeros(n + 1)
-                r[i] = -w[i] * scale
+                r[i] = -1.0
                 r[n] = 1.0
                 a_ub.append(r)
                 b_ub.append(0.0)
-            bounds = [(fixed[i], fixed[i]) if i in fixed else (0.0, float(d[i])) for i in range(n)]
+            bounds = []
+            for i in range(n):
+                if i in fixed:
+                    y = fixed[i] * w[i] if w[i] > 0 and np.isfinite(w[i]) else 0.0
+                    bounds.append((y, y))
+                else:
+                    bounds.append((0.0, float(d[i] * w[i])))
             bounds.append((level, level) if level is not None else (0.0, None))
             return np.array(a_ub), np.array(b_ub), bounds
 
@@ -67,17 +79,17 @@ def lexicographic_max_min(demands: Sequence[float], sizes: Sequence[float], mess
         res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
         assert res.status == 0, res.message
         level = float(res.x[n])
-        a_ub, b_ub, bounds = constraints(level * (1 - tol) if level > 0 else 0.0)
+        a_ub, b_ub, bounds = constraints(level * (1 - tol))
         newly = []
         for i in free:
             ci = np.zeros(n + 1)
-            ci[i] = -w[i] * scale
+            ci[i] = -1.0
             r = linprog(ci, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
             assert r.status == 0, r.message
-            if -r.fun <= level * (1 + 1e-6) + 1e-9:
+            if -r.fun <= level * (1 + 1e-6) + 1e-12:
                 newly.append(i)
         if not newly:  # numerical corner: freeze the lowest one at the level
-            newly = [min(free, key=lambda i: res.x[i] * w[i])]
+            newly = [min(free, key=lambda i: res.x[i])]
         for i in newly:
-            fixed[i] = min(float(d[i]), level / (w[i] * scale))
+            fixed[i] = min(float(d[i]), level / w[i])
     return [fixed[i] for i in range(n)]
