@@ -406,8 +406,8 @@ class CaseResult:
     overshoot_at: str
     converge: tuple[int | None, ...]  # per change that moved a dimension's ideal; None = never
     superseded: int  # changes cut short by the next before they could show convergence
-    utilization: tuple[float, ...]  # per converged change, binding dimension
-    jain: tuple[float, ...]  # per converged change
+    utilization: tuple[float, ...]  # per converged window (change x dimension), binding dimension
+    jain: tuple[float, ...]  # per converged window
     binding: tuple[str, ...]  # binding dimension per judged change
     seconds: float
     error: str = ""  # the run raised (a bug in the code under test): every target fails
@@ -420,7 +420,8 @@ class CaseResult:
 
 def judge_case(scenario: Scenario, m: Metrics, seconds: float) -> CaseResult:
     judged = [w for w in m.windows if w.moved and not w.superseded]
-    converged = [w for w in judged if w.ticks_to_converge is not None]
+    # Utilization and Jain after convergence: every converged period, moved by its change or not.
+    converged = [w for w in m.windows if w.ticks_to_converge is not None]
     return CaseResult(
         scenario=m.scenario, strategy=m.strategy, loss=scenario.loss, delay=scenario.delay,
         overshoot_pct=m.overshoot_pct, overshoot_at=m.overshoot_at,
@@ -599,14 +600,34 @@ def summarize(report: FuzzReport) -> str:
     for s, f in figs.items():
         lines += [f"- {s}:"] + [f"  - {t}" for t in target_lines(f)]
     lines += _comparison(figs)
+    lines += ["", "Worst overshoot by delivery delay: max % (scenarios over 10 % / scenarios); where the worst tick of "
+              "each scenario over 10 % was:", "",
+              "| strategy | delay 0 | delay 0 < d <= 1 tick | delay > 1 tick | start-up (tick <= 3) / later |",
+              "|---|---|---|---|---|"]
+    for s, cs in per.items():
+        done = [c for c in cs if not c.error]
+        cells = []
+        for lo, hi in ((-1.0, 0.0), (0.0, 1.0), (1.0, math.inf)):
+            xs = [c.overshoot_pct for c in done if lo < c.delay <= hi]
+            over = sum(1 for x in xs if x > TARGETS.overshoot_pct)
+            cells.append(f"{_pct(max(xs, default=math.nan))} % ({over}/{len(xs)})")
+        bad = [c for c in done if c.overshoot_pct > TARGETS.overshoot_pct]
+        early = sum(1 for c in bad if _tick_of(c.overshoot_at) <= 3)
+        lines.append(f"| {s} | {' | '.join(cells)} | {early} / {len(bad) - early} |")
     lines += [
         "",
         f"({n} scenarios x {len(report.strategies)} strategies in {report.wall_seconds:.0f} s wall "
         f"with --jobs {report.jobs}; convergence is per change that moved a dimension's ideal, a change cut "
-        f"short by the next before it could show convergence is left out; util and Jain are over converged "
-        f"changes)",
+        f"short by the next before it could show convergence is left out; util and Jain are over every "
+        f"converged window, change x dimension)",
     ]
     return "\n".join(lines)
+
+
+def _tick_of(where: str) -> int:
+    """The tick in an `overshoot_at` text ("g01/publish tick 2 (bytes)")."""
+    parts = where.split()
+    return int(parts[parts.index("tick") + 1]) if "tick" in parts else -1
 
 
 def _verdict(ok: bool) -> str:
