@@ -36,8 +36,9 @@ from sim.metrics import Metrics, evaluate
 from sim.scenario import Scenario, parse
 
 __all__ = [
-    "BOUNDS", "TARGETS", "CaseResult", "FuzzReport", "draw_document", "draw_scenario", "judge_case",
-    "run_case", "run_fuzz", "summarize", "write_failure",
+    "BOUNDS", "TARGETS", "CaseResult", "FuzzReport", "StrategyFigures", "Targets", "draw_document",
+    "draw_scenario", "failures", "figures", "judge_case", "run_case", "run_fuzz", "summarize", "target_lines",
+    "write_failure",
 ]
 
 BOUNDS: dict[str, Any] = {
@@ -161,7 +162,7 @@ class _Draft:
         ev[kind] = rate
 
 
-def _new_group(d: _Draft, at: int | None) -> tuple[str, dict[str, Any], dict[str, dict[str, float]]]:
+def _new_group(d: _Draft) -> tuple[str, dict[str, Any], dict[str, dict[str, float]]]:
     rng = d.rng
     name = f"g{d.next_group:02d}"
     d.next_group += 1
@@ -297,7 +298,7 @@ def _quota(d: _Draft, at: int) -> None:
 def _create(d: _Draft, at: int) -> None:
     if len(d.groups) >= BOUNDS["groups"][1] or sum(len(v) for v in d.members.values()) >= MAX_PAIRS:
         return
-    name, limits, demand = _new_group(d, at)
+    name, limits, demand = _new_group(d)
     ev = d.event(at)
     ev.setdefault("groups", {})[name] = limits
     for m, kinds in demand.items():
@@ -336,7 +337,7 @@ def draw_document(seed: int, index: int) -> dict[str, Any]:
     for _ in range(n_groups):
         if sum(len(v) for v in d.members.values()) >= MAX_PAIRS:
             break
-        name, limits, demand = _new_group(d, None)
+        name, limits, demand = _new_group(d)
         initial_groups[name] = dict(limits)
         initial_demand[name] = {m: dict(k) for m, k in demand.items()}
     # Events: the first after the start has settled, then spaced so most changes get a window

@@ -247,3 +247,7 @@ def evaluate(result: RunResult) -> Metrics:
         overshoot_at=worst_at,
         counters={**result.counters, "transport_lost": result.reports_lost},
     )
+
+
+__all__ = ["BUDGET", "HOLD", "OVER_GRACE", "SLACK", "TOLERANCE", "Judged", "Metrics", "WindowMetrics", "binding",
+           "converged", "evaluate", "ideal", "jain", "judge", "usage_and_quota", "utilization", "window_metrics"]
