@@ -654,9 +654,9 @@ def target_lines(f: StrategyFigures) -> list[str]:
         f"worst {_ticks(slowest)}, {sum(1 for x in strict if x > t.converge_all_ticks)} over",
         f"{_verdict(not math.isnan(umin) and umin >= t.utilization)} utilization of the binding dimension >= "
         f"{t.utilization:.0%} after convergence: min {_pct(100 * umin)} %, "
-        f"{sum(1 for u in f.utilization if u < t.utilization)} of {len(f.utilization)} changes below",
+        f"{sum(1 for u in f.utilization if u < t.utilization)} of {len(f.utilization)} converged windows below",
         f"{_verdict(not math.isnan(jmin) and jmin >= t.jain)} Jain >= {t.jain}: min {jmin:.3f}, "
-        f"{sum(1 for j in f.jain if j < t.jain)} of {len(f.jain)} changes below",
+        f"{sum(1 for j in f.jain if j < t.jain)} of {len(f.jain)} converged windows below",
     ]
 
 
