@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-KINDS = ("publish", "dispatch")
+KINDS = ("publish", "dispatch", "replication")
 
 # Admin v2 field names per kind (messages/s, bytes/s), as Pulsar's ResourceGroup names them.
 KIND_FIELDS: dict[str, tuple[str, str]] = {

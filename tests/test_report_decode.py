@@ -237,7 +237,7 @@ def test_restatements_add_no_usage(tmp_path):
 
 
 def _schema_variant():
-    """rgd's usage report schema with a third traffic kind and two fields renumbered, in a pool of its own."""
+    """rgd's usage report schema with one more traffic kind and two fields renumbered, in a pool of its own."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     fdp = descriptor_pb2.FileDescriptorProto()
@@ -251,7 +251,7 @@ def _schema_variant():
     kind_field = next(f for f in msgs["GroupUsage"].field if f.name == "dispatch")
     extra = msgs["GroupUsage"].field.add()
     extra.CopyFrom(kind_field)
-    extra.name, extra.json_name, extra.number = "replication", "replication", 6
+    extra.name, extra.json_name, extra.number = "storage", "storage", 7
     next(f for f in msgs["UsageReport"].field if f.name == "sequence").number = 12
     next(f for f in msgs["KindUsage"].field if f.name == "admitted_messages").number = 9
     pool = descriptor_pool.DescriptorPool()
@@ -261,7 +261,7 @@ def _schema_variant():
 
 
 def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
-    """Field numbers and kinds come from descriptors: a schema with a third kind and moved fields decodes
+    """Field numbers and kinds come from descriptors: a schema with one more kind and moved fields decodes
     with specs built from it, and agrees with the protobuf library on every value."""
     from rgd.report.decode import (
         COUNT_FIELDS, G_REP, LIMIT_FIELDS, PER_KIND, GroupFields, KindFields, ReportFields, decode_reports,
@@ -270,7 +270,7 @@ def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
 
     V = _schema_variant()
     kinds = kind_fields(V["GroupUsage"].DESCRIPTOR, V["KindUsage"].DESCRIPTOR)
-    assert kinds == ("publish", "dispatch", "replication")
+    assert kinds == ("publish", "dispatch", "replication", "storage")
     rf = field_numbers(ReportFields, V["UsageReport"].DESCRIPTOR, {
         **{n: "varint" for n in ReportFields._fields}, "daemon_id": "string", "groups": "message"})
     assert rf.sequence == 12
