@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import random
 import sys
 import zlib
@@ -416,3 +417,35 @@ def test_assemble_matches_the_plain_version(specs: list[tuple], w0: int, width: 
         np.testing.assert_array_equal(m.throttled[k], ref[("thr", k)])
         np.testing.assert_array_equal(m.limit[k], ref[("lim", k)])
         np.testing.assert_array_equal(m.quota[k], ref[("quo", k)])
+
+
+def test_a_kind_the_report_does_not_carry_is_unlimited_one_it_carries_is_protobufs() -> None:
+    """A report from before the replication kind existed has no `replication` entry: the decoder
+    reads it as unlimited (-1), as the daemons fold it (usage_map.group_rates); a carried entry,
+    even an empty one, reads as the protobuf library reads it (limits 0.0: blocked)."""
+    from rgd.report.decode import (
+        GROUP_FIELDS, KIND_FIELDS, KIND_SLOTS, KINDS, LIMIT_FIELDS, PER_KIND, REPORT_FIELDS, decode_reports,
+    )
+    from rgd.usage_map import group_rates
+
+    old = UsageReport(daemon_id="n", sequence=1, publish_time_ms=5, tick_ms=1000, incarnation=1)
+    g = old.groups.add(group="g")
+    g.publish.admitted_messages, g.publish.limit_messages, g.publish.quota_messages = 3, 10.0, 20.0
+    g.dispatch.limit_messages = g.dispatch.limit_bytes = -1.0
+    new = UsageReport()
+    new.CopyFrom(old)
+    new.groups[0].replication.SetInParent()  # carried, every field at its default
+    payloads = [old.SerializeToString(), new.SerializeToString()]
+    buf = np.frombuffer(b"".join(payloads), np.uint8)
+    offs = np.array([0, len(payloads[0])], np.int64)
+    lens = np.array([len(p) for p in payloads], np.int64)
+    _, _, _, lims, ng = decode_reports(buf, offs, lens, 8, REPORT_FIELDS, GROUP_FIELDS, KIND_SLOTS, KIND_FIELDS,
+                                       PER_KIND * len(KINDS))
+    lims = lims[:ng].view(np.float64)
+    r = KINDS.index("replication")
+    assert lims[0, PER_KIND * r:PER_KIND * (r + 1)].tolist() == [-1.0] * 4
+    assert lims[1, PER_KIND * r:PER_KIND * (r + 1)].tolist() == [0.0] * 4
+    p = KINDS.index("publish")
+    assert lims[0, PER_KIND * p:PER_KIND * (p + 1)].tolist() == [getattr(g.publish, f) for f in LIMIT_FIELDS]
+    assert group_rates(old.groups[0], 1.0)["replication"].limit_messages == math.inf
+    assert group_rates(new.groups[0], 1.0)["replication"].limit_messages == 0.0
