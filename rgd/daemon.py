@@ -375,7 +375,7 @@ class Daemon:
         calc_s = time.perf_counter() - started
         self.metrics.calc_seconds.observe(calc_s)
         if self.pulsar_metrics is not None:
-            self.pulsar_metrics.on_tick(out.sent, aggregate_s, calc_s, now)
+            self.pulsar_metrics.on_tick(out.sent, aggregate_s, calc_s)
         self.metrics.safe_share.set(1 if self.node.safe_share_active(now) else 0)
         if self.usage_log is not None:
             self.usage_log.maintain()

@@ -47,6 +47,7 @@ class PulsarMetrics(Collector):
         self.reported: dict[Key, int] = defaultdict(int)
         self.remote_messages: dict[tuple[str, str, str], float] = defaultdict(float)
         self.remote_bytes: dict[tuple[str, str, str], float] = defaultdict(float)
+        self._counted: dict[tuple[str, str], object] = {}  # (group, peer) -> the map entry last counted
         self.aggregate_seconds = Summary(
             "pulsar_resource_group_aggregate_usage_secs",
             "Time required to aggregate usage of all resource groups, in seconds.", registry=registry)
@@ -55,7 +56,7 @@ class PulsarMetrics(Collector):
             "Time required to calculate quota of all resource groups, in seconds.", registry=registry)
         registry.register(self)
 
-    def on_tick(self, sent_groups: Iterable[str], aggregate_s: float, calculate_s: float, now: float) -> None:
+    def on_tick(self, sent_groups: Iterable[str], aggregate_s: float, calculate_s: float) -> None:
         """After a tick's recompute: add this tick's quotas, reports and peers' usage."""
         d = self.daemon
         tick_s = d.settings.tick
@@ -72,14 +73,19 @@ class PulsarMetrics(Collector):
                 if (group, kind) in d.limiter.states:
                     self.reported[(group, kind)] += 1
         me = d.settings.id
+        counted: dict[tuple[str, str], object] = {}
         for group, entries in list(d.usage_map.groups.items()):
             for daemon_id, entry in list(entries.items()):
-                if daemon_id == me or entry.updated != now:  # only reports folded this tick
+                if daemon_id == me:
                     continue
+                counted[(group, daemon_id)] = entry
+                if self._counted.get((group, daemon_id)) is entry:  # a report is counted once (the map
+                    continue  # keeps it while the peer suppresses, and refreshes it after an outage)
                 for kind in MONITORING_CLASS:
                     k = entry.usage.kind(kind)
                     self.remote_messages[(group, kind, daemon_id)] += k.admitted_messages * tick_s
                     self.remote_bytes[(group, kind, daemon_id)] += k.admitted_bytes * tick_s
+        self._counted = counted
 
     def collect(self) -> Iterable:
         d = self.daemon
