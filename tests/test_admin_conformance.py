@@ -158,7 +158,7 @@ async def test_unknown_put_fields_are_named(daemon, http, caplog):
     hostile = json.dumps({"a\r\nSet-Cookie: x=1": 1, 'q"': 2}).encode()  # names are the client's
     async with http.put(f"{base_url(daemon)}/admin/v2/resourcegroups/g", data=hostile, headers=JSON_BODY) as r:
         assert r.status == 204 and "Set-Cookie" not in r.headers
-        assert r.headers["X-Rgd-Ignored-Fields"] == "a%0D%0ASet-Cookie%3A%20x=1,q%22"
+        assert r.headers["X-Rgd-Ignored-Fields"] == "a%0D%0ASet-Cookie:%20x=1,q%22"
 
 
 @pytest.mark.parametrize("name, ok", [
