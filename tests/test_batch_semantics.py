@@ -37,6 +37,7 @@ _rate = st.sampled_from([-1, -1, 0, 1, 3.5, 10, 50, 1000, 1e15])  # -1: unlimite
 _group = st.fixed_dictionaries({f: _rate for f in RATE_FIELDS})
 TENANTS = ["t0", "t1", "t2", "t3"]
 NAMESPACES = [f"{t}/n{i}" for t in TENANTS for i in range(3)]
+TOPICS = ["persistent://t0/n0/a", "persistent://t1/n1/b", "persistent://t2/n0/c-partition-1"]
 
 _ask = st.builds(
     Ask,
@@ -44,7 +45,7 @@ _ask = st.builds(
     st.sampled_from(KINDS),
     st.one_of(st.integers(0, 30), st.integers(0, 3000)),  # some beyond a small bucket: the full-bucket rule
     st.one_of(st.integers(0, 2000), st.just(0)),
-    st.one_of(st.none(), st.sampled_from(["persistent://a/b/c", "persistent://a/b/d"])),
+    st.one_of(st.none(), st.sampled_from(TOPICS)),
 )
 # Before each batch: time passes, and usage charged after the fact may put a bucket in debt.
 _charge = st.tuples(st.sampled_from(NAMESPACES), st.sampled_from(KINDS), st.integers(0, 500), st.integers(0, 50_000))
@@ -53,7 +54,7 @@ _round = st.tuples(st.sampled_from([0.0, 0.0, 0.001, 0.05, 0.37, 1.0, 5.0]), st.
 
 
 def _registry(groups: list[dict[str, float]], tenant_groups: list[int | None],
-              ns_override: dict[str, int]) -> GroupRegistry:
+              ns_override: dict[str, int], topic_override: dict[str, int] | None = None) -> GroupRegistry:
     reg = GroupRegistry()
     for i, rates in enumerate(groups):
         reg.groups[f"g{i}"] = ResourceGroup.from_admin(f"g{i}", rates)
@@ -62,6 +63,8 @@ def _registry(groups: list[dict[str, float]], tenant_groups: list[int | None],
             reg.tenants[tenant] = f"g{gi % len(groups)}"
     for ns, gi in ns_override.items():
         reg.namespaces[ns] = f"g{gi % len(groups)}"
+    for topic, gi in (topic_override or {}).items():  # a topic's own group beats its namespace's
+        reg.topics[topic] = f"g{gi % len(groups)}"
     return reg
 
 
@@ -75,7 +78,7 @@ def _one_by_one(d: SimpleNamespace, asks: list[Ask]) -> list[dict]:
     now = d.limiter.clock()
     out = []
     for a in asks:
-        group = d.config.effective.resolve(a.namespace)
+        group = d.config.effective.resolve(a.namespace, a.topic)
         if group is None:
             out.append(_UNLIMITED)
         else:
@@ -96,9 +99,11 @@ def _state(lim: Limiter) -> dict:
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_group, min_size=1, max_size=3), st.lists(st.one_of(st.none(), st.integers(0, 2)), min_size=4,
        max_size=4), st.dictionaries(st.sampled_from(NAMESPACES), st.integers(0, 2), max_size=3),
+       st.one_of(st.just({}), st.dictionaries(st.sampled_from(TOPICS + ["persistent://t2/n0/c"]), st.integers(0, 2),
+                                              max_size=2)),
        st.sampled_from([0.5, 1.0, 10.0]), st.lists(_round, min_size=1, max_size=4))
-def test_batch_answers_and_state_equal_one_by_one(groups, tenant_groups, ns_override, burst, rounds):
-    reg = _registry(groups, tenant_groups, ns_override)
+def test_batch_answers_and_state_equal_one_by_one(groups, tenant_groups, ns_override, topic_override, burst, rounds):
+    reg = _registry(groups, tenant_groups, ns_override, topic_override)
     clock = Clock()
     batched, single = _daemon(reg, clock, burst), _daemon(reg, clock, burst)
     for dt, charges, asks in rounds:

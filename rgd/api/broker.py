@@ -73,6 +73,7 @@ class Allowed(msgspec.Struct, gc=False):
 
 _encode = msgspec.json.Encoder().encode
 _namespace_of = attrgetter("namespace")
+_topic_of = attrgetter("topic")
 _kind_of = attrgetter("kind")
 
 
@@ -92,20 +93,28 @@ def _batch(daemon: "Daemon", asks: list[Ask]) -> list[Any]:
     (group, kind) share its two buckets and nothing else, so each (group, kind)'s
     asks are decided together in their order (Limiter.acquire_batch) and the
     answers put back where the asks were."""
-    resolve = daemon.config.effective.resolve
+    registry = daemon.config.effective
+    resolve = registry.resolve
     limiter = daemon.limiter
     now = limiter.clock()
-    group_of = {ns: resolve(ns) for ns in set(map(_namespace_of, asks))}
+    # A topic's own attachment beats its namespace's: with any topic attached, the
+    # group is per (namespace, topic); otherwise per namespace, resolved once each.
+    by_topic = bool(registry.topics)
+    if by_topic:
+        group_of = {key: resolve(*key) for key in set(zip(map(_namespace_of, asks), map(_topic_of, asks)))}
+    else:
+        group_of = {ns: resolve(ns) for ns in set(map(_namespace_of, asks))}
     kinds = set(map(_kind_of, asks))
     if len(kinds) == 1 and len(set(group_of.values())) == 1:  # the usual broker batch: one group, one kind
         group = next(iter(group_of.values()))
         if group is None:
             return [_UNLIMITED] * len(asks)
-        return _group_answers(group.name, limiter.acquire_batch(group, kinds.pop(), asks, now, group_of.keys()))
+        namespaces = None if by_topic else group_of.keys()
+        return _group_answers(group.name, limiter.acquire_batch(group, kinds.pop(), asks, now, namespaces))
     by_key: dict[tuple[str, str], tuple[list[int], list[Ask]]] = {}
     results: list[Any] = [_UNLIMITED] * len(asks)
     for i, ask in enumerate(asks):
-        group = group_of[ask.namespace]
+        group = group_of[(ask.namespace, ask.topic) if by_topic else ask.namespace]
         if group is not None:
             key = (group.name, ask.kind)
             entry = by_key.get(key)
@@ -132,7 +141,7 @@ async def acquire(request: web.Request) -> web.Response:
             return web.Response(body=_encode({"results": _batch(daemon, asks)}), content_type="application/json")
         ask = asks[0]
         namespace = ask.namespace
-        group = daemon.config.effective.resolve(namespace)
+        group = daemon.config.effective.resolve(namespace, ask.topic)
         if group is None:
             return json_response(_UNLIMITED)
         limiter = daemon.limiter
@@ -151,7 +160,7 @@ async def usage(request: web.Request) -> web.Response:
     resolve = daemon.config.effective.resolve
     recorded = 0
     for ask in asks:
-        group = resolve(ask.namespace)
+        group = resolve(ask.namespace, ask.topic)
         if group is not None:
             daemon.limiter.record_usage(group, ask.kind, ask.messages, ask.nbytes, ask.namespace, ask.topic)
             recorded += 1
@@ -171,13 +180,12 @@ async def quota(request: web.Request) -> web.Response:
     ns = request.query.get("namespace")
     if not ns or ns.count("/") != 1:
         raise bad_request(f"namespace: query parameter must be 'tenant/namespace', got {ns!r}")
-    group = daemon.config.effective.resolve(ns)
+    group = daemon.config.effective.resolve(ns, request.query.get("topic"))
     if group is None:
         return json_response({"namespace": ns, "group": None, "unlimited": True})
     doc: dict[str, Any] = {"namespace": ns, "group": group.name, "unlimited": False}
     for kind in KINDS:
-        st = daemon.limiter.states.get((group.name, kind))
-        local = st.limit if st is not None else daemon.limiter.initial_limits(group, kind)
+        local = daemon.limiter.limit_in_force(group, kind)
         doc[kind] = {"local": _rate_doc(*local), "cluster": _rate_doc(*full_quota(group, kind))}
     return json_response(doc)
 

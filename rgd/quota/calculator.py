@@ -5,7 +5,7 @@
 compute if it saw exactly that map). Both are pure: no I/O, no clock, no state;
 ids are iterated sorted so the same inputs always give the same floats.
 
-Each of the four dimensions (publish/dispatch x messages/bytes) is allocated on
+Each dimension (publish/dispatch/replication x messages/bytes) is allocated on
 its own by a scalar strategy from STRATEGIES. A group rate of -1 is unlimited
 (math.inf out).
 
@@ -157,9 +157,7 @@ def as_peers_see_me(
         del view[self_id]
     else:
         view[self_id] = PeerUsage(
-            _min_kind(latest.publish, previous.publish),
-            _min_kind(latest.dispatch, previous.dispatch),
-            latest.reports,
+            reports=latest.reports, **{k: _min_kind(latest.kind(k), previous.kind(k)) for k in KINDS}
         )
     return view
 
