@@ -65,7 +65,8 @@ RUN --mount=type=bind,from=builder,source=/dist,target=/dist \
     sh /dist/install-runtime.sh install /opt/rgd /dist
 # A pod IP must be reachable, so listen on every interface. Admin writes from
 # beyond loopback are still refused until admin tokens are configured
-# (RGD_ADMIN_TOKEN or RGD_ADMIN_TOKENS_FILE).
+# (RGD_ADMIN_TOKEN or RGD_ADMIN_TOKENS_FILE). The health check asks the first TCP
+# address of RGD_LISTEN (the Kubernetes manifests add a unix socket after it).
 ENV RGD_LISTEN=0.0.0.0:8080 \
     RGD_DATA_DIR=/var/lib/rgd/data \
     RGD_LOG_DIR=/var/lib/rgd/log
@@ -73,6 +74,6 @@ USER 10001:10001
 WORKDIR /var/lib/rgd
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('RGD_LISTEN', '0.0.0.0:8080').rpartition(':')[2]; urllib.request.urlopen('http://127.0.0.1:' + port + '/healthz', timeout=3).close()"]
+    CMD ["python", "-c", "import os, urllib.request; from rgd.settings import parse_listen; port = next(a.port for a in parse_listen(os.environ.get('RGD_LISTEN', '0.0.0.0:8080')) if not a.is_unix); urllib.request.urlopen('http://127.0.0.1:' + str(port) + '/healthz', timeout=3).close()"]
 ENTRYPOINT ["rgd"]
 CMD ["run"]

@@ -26,6 +26,7 @@ from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
 from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig
 from rgd.groups import KINDS, ResourceGroup
+from rgd.http_sites import bound_tcp_port, remove_unix_socket, start_sites
 from rgd.limiter import Limiter
 from rgd.metrics import Metrics
 from rgd.pulsar_metrics import PulsarMetrics
@@ -77,7 +78,8 @@ class Daemon:
         self.started = False
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
-        self.bound_port: int | None = None
+        self.bound_port: int | None = None  # the first TCP address's port; None with unix sockets only
+        self._unix_sockets: list[tuple[str, int]] = []
         self.metrics.attach(self)
         self.pulsar_metrics = PulsarMetrics(self, self.metrics.registry) if settings.pulsar_metrics else None
 
@@ -110,12 +112,11 @@ class Daemon:
         app = build_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        host, port = s.host_port
-        site = web.TCPSite(self._runner, host, port, reuse_address=True, backlog=1024)
-        await site.start()
-        self.bound_port = self._runner.addresses[0][1] if self._runner.addresses else port
+        addresses = s.listen_addresses
+        self._unix_sockets = await start_sites(self._runner, addresses)
+        self.bound_port = bound_tcp_port(self._runner)
         if not self.pulsar_url:
-            if host not in ("127.0.0.1", "localhost", "::1"):
+            for host in {a.host for a in addresses if not a.is_unix} - {"127.0.0.1", "localhost", "::1"}:
                 log.warning("listening on %s with the embedded broker: this daemon hears no peer on "
                             "another machine, so a multi-node cluster would admit N x the quota; "
                             "set --pulsar-url to the shared Pulsar cluster", host)
@@ -128,7 +129,7 @@ class Daemon:
         if self.config_doc is not None:
             self._tasks.append(asyncio.create_task(self._watch_config_file(), name="config-watch"))
         self.started = True
-        log.info("rgd %s listening on %s:%s, broker %s", s.id, host, self.bound_port, self.pulsar_url)
+        log.info("rgd %s listening on %s (TCP port %s), broker %s", s.id, s.listen, self.bound_port, self.pulsar_url)
 
     async def stop(self) -> None:
         """Graceful: tell peers we leave, then release everything we hold."""
@@ -155,6 +156,9 @@ class Daemon:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        for path, inode in self._unix_sockets:
+            remove_unix_socket(path, inode)
+        self._unix_sockets = []
         usage_log, self.usage_log = self.usage_log, None
         if usage_log is not None:
             usage_log.close()

@@ -1,8 +1,9 @@
 """Synthetic broker load: offered messages per second to one daemon's /v1/acquire.
 
 Used by `rgd up`, the integration tests and the soak script. Each stream asks
-in batches every `step` seconds (one ask per message, so the limiter decides
-per message as it would for a broker) and counts what was admitted per
+every `step` seconds, one `rgd.client` call per message as a broker would make
+them (the client coalesces each step's calls into batch requests, so the
+limiter still decides per message), and counts what was admitted per
 wall-clock second, which is what "cluster admission per tick" is measured on.
 Bounded by construction: every loop stops at its deadline.
 """
@@ -15,7 +16,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
-import aiohttp
+from rgd.client import SOURCE_DAEMON, Client
+
+__all__ = ["RateFn", "Stream", "StreamStats", "constant", "drive", "run_streams"]
 
 RateFn = Callable[[float], float]  # seconds since start -> offered messages/s
 
@@ -41,13 +44,13 @@ class StreamStats:
 
 
 async def drive(
-    session: aiohttp.ClientSession, stream: Stream, stats: StreamStats, t0: float, deadline: float,
-    step: float = 0.05,
+    client: Client, stream: Stream, stats: StreamStats, t0: float, deadline: float, step: float = 0.05,
 ) -> None:
-    """Offer `stream.rate(t)` messages/s until `deadline` (monotonic)."""
+    """Offer `stream.rate(t)` messages/s until `deadline` (monotonic). Answers the
+    client made up because the daemon was unreachable count as errors, not admissions."""
     owed = 0.0
     next_at = time.monotonic()
-    url = stream.url + "/v1/acquire"
+    ask = client.acquire
     while True:
         now = time.monotonic()
         if now >= deadline:
@@ -56,19 +59,12 @@ async def drive(
         n = min(int(owed), 1000)
         owed -= n
         if n:
-            ask = {"namespace": stream.namespace, "kind": stream.kind, "messages": 1,
-                   "bytes": stream.bytes_per_message}
             second = int(now - t0)
             stats.offered[second] += n
-            try:
-                async with session.post(url, json={"requests": [ask] * n}) as resp:
-                    if resp.status == 200:
-                        results = (await resp.json())["results"]
-                        stats.admitted[second] += sum(1 for r in results if r["allowed"])
-                    else:
-                        stats.errors += 1
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                stats.errors += 1
+            answers = await asyncio.gather(
+                *(ask(stream.namespace, stream.kind, 1, stream.bytes_per_message) for _ in range(n)))
+            stats.admitted[second] += sum(1 for a in answers if a.allowed and a.source == SOURCE_DAEMON)
+            stats.errors += sum(1 for a in answers if a.source != SOURCE_DAEMON)
         next_at += step
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
@@ -81,9 +77,14 @@ async def run_streams(
     t0 = time.monotonic() if t0 is None else t0
     deadline = time.monotonic() + duration
     stats = stats if stats is not None else [StreamStats() for _ in streams]
-    connector = aiohttp.TCPConnector(limit=64)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session:
-        await asyncio.gather(*(drive(session, s, st, t0, deadline) for s, st in zip(streams, stats)))
+    # One client per daemon. max_hold=0: every ask reaches the daemon, which counts the
+    # denied ones as demand; a broker may prefer the client's Retry-After holds.
+    clients = {url: Client(url, timeout=10.0, max_hold=0.0) for url in {s.url for s in streams}}
+    try:
+        await asyncio.gather(*(drive(clients[s.url], s, st, t0, deadline) for s, st in zip(streams, stats)))
+    finally:
+        for client in clients.values():
+            await client.close()
     return stats
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 DEFAULT_TOPIC = "non-persistent://public/default/rgd-usage"
 DEFAULT_CONFIG_TOPIC = "persistent://public/default/rgd-config"
@@ -16,6 +16,44 @@ DEFAULT_CONFIG_TOPIC = "persistent://public/default/rgd-config"
 
 class SettingsError(ValueError):
     """A setting with a bad value; the message names the setting and its source."""
+
+
+UNIX_PREFIX = "unix:"
+
+
+class ListenAddress(NamedTuple):
+    """One address the daemon serves HTTP on: TCP (host, port) or a unix socket (path)."""
+
+    host: str = ""
+    port: int = 0
+    path: str = ""  # set for a unix socket
+
+    @property
+    def is_unix(self) -> bool:
+        return bool(self.path)
+
+
+def parse_listen(value: str) -> list[ListenAddress]:
+    """`HOST:PORT`, `unix:/path/rgd.sock`, or several of them separated by commas
+    (TCP for the Service and probes, a unix socket for brokers on the same node).
+    Raises ValueError naming the bad address."""
+    out: list[ListenAddress] = []
+    for part in value.split(","):
+        item = part.strip()
+        if item.startswith(UNIX_PREFIX):
+            path = item[len(UNIX_PREFIX):]
+            if not path.startswith("/") or path.endswith("/") or len(path.encode()) > 107:
+                raise ValueError(f"{item!r}: a unix socket needs an absolute file path of at most 107 bytes")
+            out.append(ListenAddress(path=path))
+            continue
+        host, sep, port = item.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"{item!r} is not HOST:PORT or unix:/path")
+        out.append(ListenAddress(host, int(port)))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{value!r} names an address twice")
+    return out
 
 
 @dataclass(frozen=True)
@@ -52,14 +90,14 @@ class Settings:
     pulsar_metrics: bool = False  # also export Pulsar's pulsar_resource_group_* metrics
 
     @property
-    def host_port(self) -> tuple[str, int]:
-        host, _, port = self.listen.rpartition(":")
-        return host.strip("[]"), int(port)
+    def listen_addresses(self) -> list[ListenAddress]:
+        return parse_listen(self.listen)
 
 
 HELP: dict[str, str] = {
     "id": "daemon id in reports (default: hostname)",
-    "listen": "HTTP listen address HOST:PORT",
+    "listen": "HTTP listen address: HOST:PORT, unix:/path/rgd.sock, or both comma-separated "
+              "(e.g. 0.0.0.0:8080,unix:/run/rgd/rgd.sock)",
     "pulsar_url": "Pulsar service URL; empty starts or joins an embedded pulsar-lite broker",
     "topic": "non-persistent topic for usage reports",
     "config_topic": "persistent topic carrying admin config changes to every daemon",
@@ -144,11 +182,9 @@ def validate(s: Settings, source: str = "settings") -> Settings:
         raise SettingsError(f"{source}: {key}: {why}")
 
     try:
-        host, port = s.host_port
-        if not host or not 0 <= port <= 65535:
-            raise ValueError
-    except ValueError:
-        fail("listen", f"{s.listen!r} is not HOST:PORT")
+        parse_listen(s.listen)
+    except ValueError as exc:
+        fail("listen", str(exc))
     if not 0.05 <= s.tick <= 3600:
         fail("tick", f"{s.tick} is out of range (0.05..3600 seconds)")
     if s.burst <= 0 or s.burst > 3600:

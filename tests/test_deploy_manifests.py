@@ -280,8 +280,11 @@ def test_probes_and_ports_match_the_app_routes(rendered: list[dict[str, Any]]) -
     openapi = json.loads((ROOT / "rgd" / "openapi.json").read_text())["paths"]
     pod, c = _daemon(rendered)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    listen_port = int(_env(c)["RGD_LISTEN"]["value"].rpartition(":")[2])
-    assert _env(c)["RGD_LISTEN"]["value"].startswith("0.0.0.0:")
+    from rgd.settings import parse_listen
+
+    tcp = [a for a in parse_listen(_env(c)["RGD_LISTEN"]["value"]) if not a.is_unix]
+    assert len(tcp) == 1 and tcp[0].host == "0.0.0.0"
+    listen_port = tcp[0].port
     assert ports == {"http": listen_port}
     expected = {"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"}
     for probe, path in expected.items():
@@ -303,6 +306,24 @@ def test_probes_and_ports_match_the_app_routes(rendered: list[dict[str, Any]]) -
     np = _one(rendered, "NetworkPolicy", "rgd")
     assert all(labels.get(k) == v for k, v in np["spec"]["podSelector"]["matchLabels"].items())
     assert [p["port"] for r in np["spec"]["ingress"] for p in r["ports"]] == ["http"]
+
+
+def test_unix_socket_is_on_the_shared_host_path(rendered: list[dict[str, Any]]) -> None:
+    """Brokers on the node mount /run/rgd from the host: the daemon's socket must be
+    in a hostPath directory of that path, writable, and owned by the daemon's uid."""
+    from rgd.settings import parse_listen
+
+    pod, c = _daemon(rendered)
+    [sock] = [a.path for a in parse_listen(_env(c)["RGD_LISTEN"]["value"]) if a.is_unix]
+    directory = sock.rpartition("/")[0]
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == directory)
+    assert not mount.get("readOnly")
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["hostPath"] == {"path": directory, "type": "DirectoryOrCreate"}
+    init = {i["name"]: i for i in pod["initContainers"]}["own-socket-dir"]
+    assert init["command"] == ["chown", f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}",
+                               directory]
+    assert [m["name"] for m in init["volumeMounts"]] == [mount["name"]]
 
 
 def test_daemonset_rollout_and_shutdown(rendered: list[dict[str, Any]]) -> None:

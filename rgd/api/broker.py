@@ -9,15 +9,18 @@ are exported at scrape time instead).
 from __future__ import annotations
 
 import math
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import orjson
 from aiohttp import web
 
 from rgd.api.errors import ApiError, as_json_error, bad_request, json_errors, json_response
 from rgd.api.requests import Ask, parse_body
 from rgd.groups import KINDS
-from rgd.limiter import Decision, full_quota
+from rgd.limiter import BatchOutcome, Decision, full_quota
 from rgd.token_bucket import INF
 
 if TYPE_CHECKING:
@@ -57,23 +60,73 @@ def _denied(group: str, d: Decision) -> web.Response:
     return json_response(doc, 429, {"Retry-After": str(retry_s)})
 
 
-def _batch(daemon: "Daemon", asks: list[Ask]) -> list[dict[str, Any]]:
-    """One decision per ask, all at one clock reading (only the first ask of a
-    group refills its buckets)."""
-    resolve = daemon.config.effective.resolve
+class Allowed(msgspec.Struct, gc=False):
+    """An allowed answer in a batch: the same JSON object as `_decision_doc`'s,
+    built and encoded by msgspec in C, which is most of what answering 1000 asks
+    costs once deciding them is cheap."""
+
+    allowed: bool
+    group: str
+    remaining_messages: int | None
+    remaining_bytes: int | None
+
+
+_encode = msgspec.json.Encoder().encode
+_namespace_of = attrgetter("namespace")
+_topic_of = attrgetter("topic")
+_kind_of = attrgetter("kind")
+
+
+def _group_answers(group: str, outcome: BatchOutcome) -> list[Any]:
+    """One (group, kind)'s answers in its asks' order."""
+    n = outcome.admitted
+    answers: list[Any] = list(map(
+        Allowed, repeat(True, n), repeat(group, n),
+        outcome.remaining_messages or repeat(None, n), outcome.remaining_bytes or repeat(None, n)))
+    if outcome.rest:
+        answers.extend(_decision_doc(group, d) for d in outcome.rest)
+    return answers
+
+
+def _batch(daemon: "Daemon", asks: list[Ask]) -> list[Any]:
+    """One answer per ask, in order, all at one clock reading. Asks of one
+    (group, kind) share its two buckets and nothing else, so each (group, kind)'s
+    asks are decided together in their order (Limiter.acquire_batch) and the
+    answers put back where the asks were."""
+    registry = daemon.config.effective
+    resolve = registry.resolve
     limiter = daemon.limiter
     now = limiter.clock()
-    limiter_acquire = limiter.acquire
-    results: list[dict[str, Any]] = []
-    append = results.append
-    for ask in asks:
-        namespace = ask.namespace
-        group = resolve(namespace, ask.topic)
+    # A topic's own attachment beats its namespace's: with any topic attached, the
+    # group is per (namespace, topic); otherwise per namespace, resolved once each.
+    by_topic = bool(registry.topics)
+    if by_topic:
+        group_of = {key: resolve(*key) for key in set(zip(map(_namespace_of, asks), map(_topic_of, asks)))}
+    else:
+        group_of = {ns: resolve(ns) for ns in set(map(_namespace_of, asks))}
+    kinds = set(map(_kind_of, asks))
+    if len(kinds) == 1 and len(set(group_of.values())) == 1:  # the usual broker batch: one group, one kind
+        group = next(iter(group_of.values()))
         if group is None:
-            append(_UNLIMITED)
-        else:
-            d = limiter_acquire(group, ask.kind, ask.messages, ask.nbytes, namespace, ask.topic, now)
-            append(_decision_doc(group.name, d))
+            return [_UNLIMITED] * len(asks)
+        namespaces = None if by_topic else group_of.keys()
+        return _group_answers(group.name, limiter.acquire_batch(group, kinds.pop(), asks, now, namespaces))
+    by_key: dict[tuple[str, str], tuple[list[int], list[Ask]]] = {}
+    results: list[Any] = [_UNLIMITED] * len(asks)
+    for i, ask in enumerate(asks):
+        group = group_of[(ask.namespace, ask.topic) if by_topic else ask.namespace]
+        if group is not None:
+            key = (group.name, ask.kind)
+            entry = by_key.get(key)
+            if entry is None:
+                entry = by_key[key] = ([], [])
+            entry[0].append(i)
+            entry[1].append(ask)
+    registry_groups = {g.name: g for g in group_of.values() if g is not None}
+    for (name, kind), (positions, group_asks) in by_key.items():
+        answers = _group_answers(name, limiter.acquire_batch(registry_groups[name], kind, group_asks, now))
+        for i, answer in zip(positions, answers):
+            results[i] = answer
     return results
 
 
@@ -85,7 +138,7 @@ async def acquire(request: web.Request) -> web.Response:
         daemon = request.app[DAEMON]
         asks, is_batch = parse_body(await request.read())
         if is_batch:
-            return json_response({"results": _batch(daemon, asks)})
+            return web.Response(body=_encode({"results": _batch(daemon, asks)}), content_type="application/json")
         ask = asks[0]
         namespace = ask.namespace
         group = daemon.config.effective.resolve(namespace, ask.topic)

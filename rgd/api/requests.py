@@ -10,6 +10,7 @@ error. tests/test_api_parsing.py holds the two to the same answers.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -45,6 +46,7 @@ class Batch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 _decode_ask = msgspec.json.Decoder(Ask).decode
 _decode_batch = msgspec.json.Decoder(Batch).decode
 _Refused = msgspec.MsgspecError
+_namespace_of = attrgetter("namespace")
 
 
 def namespace_ok(ns: str) -> bool:
@@ -62,7 +64,7 @@ def decode_well_formed(body: bytes) -> tuple[list[Ask], bool] | None:
     except _Refused:  # a batch, or a body the full parser must word the error for
         try:
             asks = _decode_batch(body).requests
-            if all(namespace_ok(a.namespace) for a in asks):
+            if all(map(namespace_ok, set(map(_namespace_of, asks)))):  # each distinct namespace once
                 return asks, True
         except _Refused:
             pass

@@ -1,0 +1,174 @@
+"""A batch of asks means the same as the same asks made one by one, in order.
+
+The batch path decides each (group, kind)'s asks in one step (prefix sums) and
+falls back to one-by-one from the first ask that does not fit; these properties
+hold it to the single-ask path (`Limiter.acquire` + the single answer's JSON
+shape) on a twin daemon state fed the same asks one at a time, and to a model
+spelled with TokenBucket's own methods (refill, shortfall, take): answers,
+remaining counts, and every bucket and counter afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import msgspec
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rgd.api.broker import _UNLIMITED, _batch, _decision_doc, _encode
+from rgd.api.requests import Ask
+from rgd.groups import KINDS, RATE_FIELDS, GroupRegistry, ResourceGroup
+from rgd.limiter import Limiter
+from rgd.token_bucket import TokenBucket
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+_rate = st.sampled_from([-1, -1, 0, 1, 3.5, 10, 50, 1000, 1e15])  # -1: unlimited; 1e15 x burst 10 > 2**53 tokens
+_group = st.fixed_dictionaries({f: _rate for f in RATE_FIELDS})
+TENANTS = ["t0", "t1", "t2", "t3"]
+NAMESPACES = [f"{t}/n{i}" for t in TENANTS for i in range(3)]
+TOPICS = ["persistent://t0/n0/a", "persistent://t1/n1/b", "persistent://t2/n0/c-partition-1"]
+
+_ask = st.builds(
+    Ask,
+    st.sampled_from(NAMESPACES),
+    st.sampled_from(KINDS),
+    st.one_of(st.integers(0, 30), st.integers(0, 3000)),  # some beyond a small bucket: the full-bucket rule
+    st.one_of(st.integers(0, 2000), st.just(0)),
+    st.one_of(st.none(), st.sampled_from(TOPICS)),
+)
+# Before each batch: time passes, and usage charged after the fact may put a bucket in debt.
+_charge = st.tuples(st.sampled_from(NAMESPACES), st.sampled_from(KINDS), st.integers(0, 500), st.integers(0, 50_000))
+_round = st.tuples(st.sampled_from([0.0, 0.0, 0.001, 0.05, 0.37, 1.0, 5.0]), st.lists(_charge, max_size=2),
+                   st.lists(_ask, min_size=1, max_size=60))
+
+
+def _registry(groups: list[dict[str, float]], tenant_groups: list[int | None],
+              ns_override: dict[str, int], topic_override: dict[str, int] | None = None) -> GroupRegistry:
+    reg = GroupRegistry()
+    for i, rates in enumerate(groups):
+        reg.groups[f"g{i}"] = ResourceGroup.from_admin(f"g{i}", rates)
+    for tenant, gi in zip(TENANTS, tenant_groups):
+        if gi is not None:
+            reg.tenants[tenant] = f"g{gi % len(groups)}"
+    for ns, gi in ns_override.items():
+        reg.namespaces[ns] = f"g{gi % len(groups)}"
+    for topic, gi in (topic_override or {}).items():  # a topic's own group beats its namespace's
+        reg.topics[topic] = f"g{gi % len(groups)}"
+    return reg
+
+
+def _daemon(reg: GroupRegistry, clock: Clock, burst: float) -> SimpleNamespace:
+    """What `_batch` reads of a daemon: the effective config and the limiter."""
+    return SimpleNamespace(config=SimpleNamespace(effective=reg), limiter=Limiter(clock, burst_seconds=burst))
+
+
+def _one_by_one(d: SimpleNamespace, asks: list[Ask]) -> list[dict]:
+    """The single-ask path, ask after ask, at the batch's one clock reading."""
+    now = d.limiter.clock()
+    out = []
+    for a in asks:
+        group = d.config.effective.resolve(a.namespace, a.topic)
+        if group is None:
+            out.append(_UNLIMITED)
+        else:
+            out.append(_decision_doc(group.name, d.limiter.acquire(group, a.kind, a.messages, a.nbytes,
+                                                                   a.namespace, a.topic, now)))
+    return out
+
+
+def _state(lim: Limiter) -> dict:
+    return {key: (st.messages.tokens, st.messages.updated, st.messages.rate, st.bytes.tokens, st.bytes.updated,
+                  st.bytes.rate, st.tick.admitted_messages, st.tick.admitted_bytes, st.tick.throttled_messages,
+                  st.tick.throttled_bytes, st.total_admitted_messages, st.total_admitted_bytes,
+                  st.total_throttled_messages, st.total_throttled_bytes, dict(st.throttled_events),
+                  set(st.namespaces), set(st.topics))
+            for key, st in lim.states.items()}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_group, min_size=1, max_size=3), st.lists(st.one_of(st.none(), st.integers(0, 2)), min_size=4,
+       max_size=4), st.dictionaries(st.sampled_from(NAMESPACES), st.integers(0, 2), max_size=3),
+       st.one_of(st.just({}), st.dictionaries(st.sampled_from(TOPICS + ["persistent://t2/n0/c"]), st.integers(0, 2),
+                                              max_size=2)),
+       st.sampled_from([0.5, 1.0, 10.0]), st.lists(_round, min_size=1, max_size=4))
+def test_batch_answers_and_state_equal_one_by_one(groups, tenant_groups, ns_override, topic_override, burst, rounds):
+    reg = _registry(groups, tenant_groups, ns_override, topic_override)
+    clock = Clock()
+    batched, single = _daemon(reg, clock, burst), _daemon(reg, clock, burst)
+    for dt, charges, asks in rounds:
+        clock.t += dt
+        for ns, kind, messages, nbytes in charges:
+            group = reg.resolve(ns)
+            if group is not None:
+                batched.limiter.record_usage(group, kind, messages, nbytes, ns)
+                single.limiter.record_usage(group, kind, messages, nbytes, ns)
+        got = orjson.loads(_encode({"results": _batch(batched, asks)}))["results"]
+        want = orjson.loads(orjson.dumps(_one_by_one(single, asks)))
+        assert got == want
+        assert _state(batched.limiter) == _state(single.limiter)
+
+
+def _model_allowed(rates: tuple[float, float], burst: float, asks: list[tuple[int, int]], debt: tuple[int, int]):
+    """All-or-nothing over both buckets, spelled with TokenBucket's plain methods."""
+    mb, bb = (TokenBucket.new(math.inf if r < 0 else r, 0.0, burst) for r in rates)
+    mb.charge(debt[0], 0.0)
+    bb.charge(debt[1], 0.0)
+    out = []
+    for m, b in asks:
+        ok = mb.shortfall(m) == 0 and bb.shortfall(b) == 0
+        if ok:
+            mb.take(m)
+            bb.take(b)
+        out.append(ok)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(_rate, _rate, st.sampled_from([0.5, 1.0, 2.0]),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 4000)), min_size=1, max_size=80),
+       st.tuples(st.integers(0, 60), st.integers(0, 6000)))
+def test_one_group_batch_matches_token_bucket_model(msg_rate, byte_rate, burst, asks, debt):
+    """A denied ask takes nothing, so a later smaller one may still pass."""
+    reg = GroupRegistry({"g": ResourceGroup.from_admin("g", {"publishRateInMsgs": msg_rate,
+                                                             "publishRateInBytes": byte_rate})}, {}, {"t": "g"})
+    clock = Clock()
+    clock.t = 0.0
+    d = _daemon(reg, clock, burst)
+    d.limiter.record_usage(reg.resolve("t/ns"), "publish", *debt, "t/ns")
+    got = [r["allowed"] for r in msgspec.json.decode(_encode({"results": _batch(
+        d, [Ask("t/ns", "publish", m, b) for m, b in asks])}))["results"]]
+    assert got == _model_allowed((msg_rate, byte_rate), burst, asks, debt)
+
+
+def test_a_denied_ask_takes_nothing_and_a_smaller_later_one_passes():
+    """A literal case: 10 msg/s, asks 6, 6, 3 -> the second is denied, the third fits the 4 left."""
+    reg = GroupRegistry({"g": ResourceGroup("g", 10, -1, -1, -1)}, {}, {"t": "g"})
+    d = _daemon(reg, Clock(), 1.0)
+    out = _batch(d, [Ask("t/a", "publish", 6), Ask("t/b", "publish", 6), Ask("t/a", "publish", 3)])
+    docs = msgspec.json.decode(_encode(out))
+    assert [r["allowed"] for r in docs] == [True, False, True]
+    assert docs[0]["remaining_messages"] == 4 and docs[2]["remaining_messages"] == 1
+    assert docs[1]["reason"] == "message_rate"
+
+
+def test_an_empty_ask_is_denied_in_fractional_debt_as_alone():
+    """Half a token of debt: an ask of 0 messages is denied one by one (tokens < 0), so in a batch too."""
+    clock = Clock()
+    reg = GroupRegistry({"g": ResourceGroup("g", 10, -1, -1, -1)}, {}, {"t": "g"})
+    d = _daemon(reg, clock, 1.0)
+    d.limiter.record_usage(reg.resolve("t/a"), "publish", 11, 0, "t/a")  # 10 - 11 = -1
+    clock.t += 0.05  # + 0.5
+    docs = msgspec.json.decode(_encode(_batch(d, [Ask("t/a", "publish", 0), Ask("t/a", "publish", 0)])))
+    assert [r["allowed"] for r in docs] == [False, False]
+    assert docs[0]["reason"] == "debt"
