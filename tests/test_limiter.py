@@ -112,3 +112,20 @@ def test_inlined_acquire_matches_token_bucket_methods(msg_rate, byte_rate, burst
         assert d.retry_after_s == retry
         assert (state.messages.tokens, state.messages.updated) == (mb.tokens, mb.updated)
         assert (state.bytes.tokens, state.bytes.updated) == (bb.tokens, bb.updated)
+
+
+def test_a_cut_keeps_saved_tokens_in_seconds_not_in_tokens():
+    """A quota cut 10x: a bucket 30 % full stays 30 % full of the new capacity (here 60 of 200
+    tokens becomes 6 of 20), so the old limit's burst cannot be spent after the cut."""
+    b = TokenBucket.new(200.0, now=0.0)
+    b.tokens = 60.0
+    b.set_rate(20.0, now=0.0)
+    assert b.tokens == 6.0 and b.capacity == 20.0
+    b.tokens = -50.0  # debt is kept as it is: it was incurred and must be paid back
+    b.set_rate(10.0, now=0.0)
+    assert b.tokens == -50.0
+    b.tokens = 4.0  # a raise keeps the tokens; the new rate refills them
+    b.set_rate(100.0, now=0.0)
+    assert b.tokens == 4.0
+    b.refill(0.5)
+    assert b.tokens == 54.0
