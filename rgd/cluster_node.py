@@ -14,6 +14,14 @@ A tick, in order:
                 complete by its second tick
   recompute     the quota calculator for every limited group -> the limiter
 
+Between ticks, `react` (every `react_seconds`: the daemon's timer, the
+simulator's sub-step) folds what arrived, publishes an early report for any
+group whose demand moved beyond the suppression tolerance (measured over the
+last `react_window`), and recomputes the groups that changed: a demand shift is
+met in a few delivery times instead of a tick or two. Our own increase counts
+only once the report announcing it has been out for the measured delivery delay
+plus one react interval (rgd/own_history.py, rgd/delivery_delay.py).
+
 Outage: while we cannot hear the topic, shares stay as they were for
 `outage_grace` seconds, then fall to quota / members-last-known-alive (never
 the full quota a lone daemon would grant itself).
@@ -21,18 +29,21 @@ the full quota a lone daemon would grant itself).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from rgd.groups import KINDS, ResourceGroup
-from rgd.limiter import Limiter, rate_of
+from rgd.delivery_delay import DeliveryDelay
+from rgd.limiter import Collected, Limiter, TickCounters, rate_of
 from rgd.map_keeper import MapKeeper
+from rgd.own_history import OwnHistory
 from rgd.quota.calculator import compute_limits
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import GroupLimits, PeerUsage
 from rgd.report_builder import figures, group_entries, local_rates, peer_usage
 from rgd.report_codec import HmacKeys, Rejected, decode_report
-from rgd.suppression import SuppressionPolicy, SuppressionState, select_reports
+from rgd.suppression import SuppressionPolicy, SuppressionState, moved, select_reports
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 from rgd.usage_map import UsageMap
 
@@ -51,6 +62,15 @@ class NodeConfig:
     burst_seconds: float = 1.0
     max_debt_seconds: float = 10.0
     outage_grace: float = 10.0
+    react_seconds: float = 0.1  # how often react() runs (early reports, recompute of what changed)
+    early_reports: bool = True  # publish a group's report as soon as its demand moves (not only on the tick)
+    early_gap_ticks: float = 0.25  # at most one early report per group per this many ticks
+
+    @property
+    def react_window(self) -> float:
+        """Demand between ticks is measured over this long: short enough to see a shift
+        within a few react intervals, long enough to smooth acquire granularity."""
+        return max(2.0 * self.react_seconds, 0.2 * self.tick_seconds)
 
     @property
     def safety_ttl_ticks(self) -> int:
@@ -90,6 +110,7 @@ class ClusterNode:
         wall_ms: Callable[[float], int],
         groups: Callable[[], Mapping[str, ResourceGroup]],
         keys: HmacKeys | None = None,
+        hearing: bool = True,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -108,12 +129,21 @@ class ClusterNode:
         self.suppression_state = SuppressionState()
         self.limiter = Limiter(clock, config.burst_seconds, config.max_debt_seconds,
                                initial_limits=self._initial_limits)
-        # Our own entry per group as every peer has folded it by now (see calculator doc).
-        self.previous: dict[str, PeerUsage | None] = {}
+        # Our own entries as sent, to count our demand as peers may hold it (see calculator doc).
+        self.history = OwnHistory()
+        self.delay = DeliveryDelay(config.tick_seconds, 3.0 * config.tick_seconds)
         self._entries: dict[str, GroupUsage] = {}
         self._sent_this_tick: set[str] = set()
-        # Outage state.
-        self.hearing = True
+        # Between ticks: groups to recompute, counter snapshots for the windowed demand,
+        # when each group was last reported early.
+        self.dirty: set[str] = set()
+        self.all_dirty = False
+        self._snapshots: deque[tuple[float, dict[tuple[str, str], tuple[int, int, int, int]]]] = deque()
+        self._early_at: dict[str, float] = {}
+        self.early_reports_sent = 0
+        # Outage state; `heard_since`: when we started hearing the topic (None: not hearing).
+        self.hearing = hearing
+        self.heard_since: float | None = clock() if hearing else None
         self.deaf_since: float | None = None
         self.members_at_deafness = 1
 
@@ -128,35 +158,52 @@ class ClusterNode:
         now = self.clock() if now is None else now
         return now - self.deaf_since > self.config.outage_grace
 
-    def limits_for(self, group: ResourceGroup) -> GroupLimits:
+    def settled(self, now: float | None = None) -> bool:
+        """We have heard the topic for a full tick: every live peer has reported since
+        (every daemon reports each tick), so the members we know are all there are."""
+        now = self.clock() if now is None else now
+        return self.hearing and self.heard_since is not None and now - self.heard_since >= self.config.tick_seconds
+
+    def fold_window(self) -> float:
+        """How long after publishing a report every peer has it in force: the measured
+        delivery delay plus one react interval (peers recompute what changed that often)."""
+        return self.delay.seconds() + self.config.react_seconds
+
+    def limits_for(self, group: ResourceGroup, now: float | None = None) -> GroupLimits:
+        now = self.clock() if now is None else now
         members = self.members()
-        if self.safe_share_active():
+        if self.safe_share_active(now):
             n = max(1, self.members_at_deafness)
             return {k: (rate_of(group.rates(k)[0]) / n, rate_of(group.rates(k)[1]) / n) for k in KINDS}
+        settled = self.settled(now)
+        if settled and members == {self.node_id}:
+            # We listened a full tick and nobody reported: no peer can overshoot with us.
+            return {k: (rate_of(group.rates(k)[0]), rate_of(group.rates(k)[1])) for k in KINDS}
         usage = self.usage_map.group_usage(group.name)
-        if len(members) == 1 and self.ticks >= 1 and self.hearing:
-            # We listened a full tick and nobody reported: no peer can overshoot with us,
-            # so our newest demand counts at once.
-            previous = usage.get(self.node_id)
-        else:
-            previous = self.previous.get(group.name)
+        previous = self.history.as_seen(group.name, now, self.fold_window())
         return compute_limits(group, usage, self.node_id, members, self.config.strategy,
-                              self.config.params, previous=previous)
+                              self.config.params, previous=previous, settled=settled)
 
     def _initial_limits(self, group: ResourceGroup, kind: str) -> tuple[float, float]:
         return self.limits_for(group)[kind]
 
-    def recompute(self) -> None:
-        """New local limits for every group the limiter knows, one calculator call per group."""
+    def recompute(self, names: set[str] | None = None) -> None:
+        """New local limits for every group the limiter knows (or those in `names`), one
+        calculator call per group."""
         groups = self.groups()
-        for name in {g for g, _ in self.limiter.states}:
+        now = self.clock()
+        known = {g for g, _ in self.limiter.states}
+        for name in sorted(known if names is None else known & names):
             group = groups.get(name)
             if group is None:
                 continue
-            limits = self.limits_for(group)
+            limits = self.limits_for(group, now)
             for kind in KINDS:
                 if (name, kind) in self.limiter.states:
                     self.limiter.set_limit(group, kind, *limits[kind])
+        if names is None:
+            self.dirty.clear()
+            self.all_dirty = False
 
     def apply_config(self) -> None:
         """After a config change: drop deleted groups' buckets, recompute now."""
@@ -172,10 +219,12 @@ class ClusterNode:
         if hearing:
             if recovered:
                 self.usage_map.refresh_all(now)  # peers were silent because we were deaf
+                self.heard_since = now
             self.deaf_since = None
         elif self.hearing:
             self.deaf_since = now
             self.members_at_deafness = len(self.members())
+            self.heard_since = None
         self.hearing = hearing
         return recovered
 
@@ -193,13 +242,14 @@ class ClusterNode:
             report.groups.append(self._entries[name])
             if name not in skip:
                 # Our own entry is what peers will see, so every daemon computes from the same map.
-                self.usage_map.set_local(self.node_id, name, peer_usage(self._entries[name], tick_s), now)
+                usage = peer_usage(self._entries[name], tick_s)
+                self.usage_map.set_local(self.node_id, name, usage, now)
+                self.history.add(name, now, usage)
         self.usage_map.touch_self(self.node_id, self.incarnation, self.sequence, now, report.publish_time_ms)
 
     def tick_report(self, now: float) -> TickReport:
         """Collect and report: this tick's report (to publish) with its bookkeeping done."""
         tick_s = self.config.tick_seconds
-        self.previous = {g: e[self.node_id].usage for g, e in self.usage_map.groups.items() if self.node_id in e}
         self._entries = group_entries(self.limiter.collect(), self.limiter.states, self.groups())
         rates = {(n, k): local_rates(gu, k, tick_s) for n, gu in self._entries.items() for k in KINDS}
         send, suppressed = select_reports(
@@ -209,6 +259,9 @@ class ClusterNode:
         self._include(report, list(send), now)
         self._sent_this_tick = set(send)
         self.ticks += 1
+        self.history.prune(now, self.fold_window())
+        for name in [g for g in self.history.entries if g not in self._entries]:
+            self.history.forget(name)
         return TickReport(report, sorted(send), len(suppressed), rates)
 
     def receive(self, data: bytes, properties: Mapping[str, str] | None, now: float) -> Receipt:
@@ -222,6 +275,14 @@ class ClusterNode:
         result, new = self.keeper.fold(report, now)
         if not result.accepted:
             return Receipt(report, result.reason)
+        if report.leaving:
+            self.delay.forget(report.daemon_id)
+            self.all_dirty = True
+        else:
+            self.delay.observe(report.daemon_id, report.publish_time_ms, self.wall_ms(now))
+            if new:
+                self.all_dirty = True
+            self.dirty.update(g.group for g in report.groups)
         return Receipt(report, "", result.lost, new)
 
     def upkeep(self, now: float) -> list[str]:
@@ -246,6 +307,91 @@ class ClusterNode:
         report.restatement = True  # the same tick's counts again: log replays must not add them
         self._include(report, list(send), now, skip=self._sent_this_tick)
         return report
+
+    # -- between ticks ----------------------------------------------------------------------
+
+    def _window_counts(self, now: float) -> tuple[float, dict[tuple[str, str], TickCounters]] | None:
+        """Snapshot the limiter's cumulative counters; the counts over the last react
+        window (and its length), or None until a window's worth of snapshots exists."""
+        snap = {
+            key: (st.total_admitted_messages, st.total_admitted_bytes,
+                  st.total_throttled_messages, st.total_throttled_bytes)
+            for key, st in self.limiter.states.items()
+        }
+        self._snapshots.append((now, snap))
+        window = self.config.react_window
+        while len(self._snapshots) > 1 and self._snapshots[1][0] <= now - window + 1e-9:
+            self._snapshots.popleft()
+        start, old = self._snapshots[0]
+        if now - start < window - 1e-9:
+            return None
+        counts: dict[tuple[str, str], TickCounters] = {}
+        for key, new in snap.items():
+            was = old.get(key, (0, 0, 0, 0))
+            counts[key] = TickCounters(*(n - w for n, w in zip(new, was)))
+        return now - start, counts
+
+    def early_report(self, now: float) -> UsageReport | None:
+        """A report of the groups whose demand over the last window moved beyond the
+        suppression tolerance since they were last reported (or that are new, or went
+        idle), at most one per group per `early_gap_ticks`. Its counts restate part of
+        the current tick (`restatement`: log replays do not add them); its tick_ms is the
+        window, so peers read rates from it as from any report."""
+        measured = self._window_counts(now)
+        if measured is None or not self.config.early_reports:
+            return None
+        span, counts = measured
+        tick_s = self.config.tick_seconds
+        gap = self.config.early_gap_ticks * tick_s
+        collected = {key: Collected(c, frozenset(), 0) for key, c in counts.items()}
+        entries = group_entries(collected, self.limiter.states, self.groups())
+        state = self.suppression_state
+        send: list[str] = []
+        scale = tick_s / span
+        for name, gu in entries.items():
+            if now - self._early_at.get(name, -1e18) < gap:
+                continue
+            now_figures = tuple(x * scale for x in figures(gu))
+            last = state.last_sent.get(name)
+            idle = not any(now_figures)
+            if last is None:
+                changed = not idle
+            else:
+                changed = (idle and any(last)) or moved(last, now_figures, self.config.suppression.tolerance)
+            if changed:
+                send.append(name)
+                state.last_sent[name] = now_figures
+                state.skipped[name] = 0
+                self._early_at[name] = now
+        if not send:
+            return None
+        report = self._new_report(now)
+        report.restatement = True
+        report.tick_ms = max(1, int(round(span * 1000)))
+        for name in sorted(send):
+            gu = entries[name]
+            report.groups.append(gu)
+            usage = peer_usage(gu, span)
+            self.usage_map.set_local(self.node_id, name, usage, now)
+            self.history.add(name, now, usage)
+        self.usage_map.touch_self(self.node_id, self.incarnation, self.sequence, now, report.publish_time_ms)
+        self.dirty.update(send)
+        self.early_reports_sent += 1
+        return report
+
+    def recompute_changed(self, now: float) -> None:
+        """Recompute what changed since the last call: groups named by reports folded,
+        groups we reported early, groups whose own increase has now been out long enough
+        (and everything after a membership change)."""
+        window = self.fold_window()
+        pending = self.history.pending(now, window + 2.0 * self.config.react_seconds)
+        if self.all_dirty:
+            self.recompute()
+            return
+        names = self.dirty | set(pending)
+        self.dirty = set()
+        if names:
+            self.recompute(names)
 
     def leaving_report(self, now: float) -> UsageReport:
         """Graceful shutdown: peers evict us at once instead of after the TTL."""

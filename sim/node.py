@@ -44,6 +44,7 @@ class NodeStats:
     groups_sent: int = 0
     groups_suppressed: int = 0
     announcements: int = 0
+    early_reports: int = 0
     rejected: int = 0
     lost: int = 0
 
@@ -61,6 +62,7 @@ class SimNode:
     sink: ReportSink
     burst_seconds: float = 1.0
     tick_seconds: float = 1.0
+    react_seconds: float = 0.1  # one sub-step: react() runs at every one
     inbox: list[bytes] = field(default_factory=list)
     stats: NodeStats = field(default_factory=NodeStats)
     node: ClusterNode = field(init=False)
@@ -69,6 +71,7 @@ class SimNode:
         config = NodeConfig(
             self.node_id, self.tick_seconds, self.strategy, self.params, self.profile.suppression,
             self.profile.ttl_ticks, self.profile.announce, self.burst_seconds,
+            react_seconds=self.react_seconds, early_reports=self.profile.react,
         )
         self.node = ClusterNode(config, self.incarnation, self.clock, wall_ms, lambda: self.groups)
 
@@ -119,6 +122,24 @@ class SimNode:
                 self.stats.announcements += 1
                 self._publish(announcement, now)
         self.node.recompute()
+
+    def react(self, now: float) -> None:
+        """Between ticks (every sub-step): fold what arrived, publish an early report if
+        demand moved, recompute what changed (see rgd/cluster_node.py)."""
+        if not self.profile.react:
+            return
+        newcomers = self._read(now)
+        if newcomers:
+            announcement = self.node.announcement(now)
+            if announcement is not None:
+                self.stats.announcements += 1
+                self._publish(announcement, now)
+        report = self.node.early_report(now)
+        if report is not None:
+            self.stats.early_reports += 1
+            self.stats.groups_sent += len(report.groups)
+            self._publish(report, now)
+        self.node.recompute_changed(now)
 
     def _read(self, now: float) -> list[str]:
         newcomers: list[str] = []
