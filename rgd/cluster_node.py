@@ -259,6 +259,7 @@ class ClusterNode:
         self._include(report, list(send), now)
         self._sent_this_tick = set(send)
         self.ticks += 1
+        self.limiter.recompute_at = now + tick_s
         self.history.prune(now, self.fold_window())
         for name in [g for g in self.history.entries if g not in self._entries]:
             self.history.forget(name)

@@ -28,6 +28,19 @@ def rate_of(configured: float) -> float:
     return INF if configured < 0 else configured
 
 
+def capped_retry(wait: float, until_recompute: float, short_m: float, short_b: float, quota_m: float,
+                 quota_b: float) -> float:
+    """Retry-After: no later than the next recomputation of the limit (the share may grow
+    then, and a client told to wait for the debt at today's share would come back late),
+    unless even the group's full quota needs longer to pay the shortfall.
+    quota_* < 0 means unlimited (no shortfall there)."""
+    if wait <= until_recompute:
+        return wait
+    at_full = max(short_m / quota_m if quota_m > 0 else (0.0 if short_m <= 0 else INF),
+                  short_b / quota_b if quota_b > 0 else (0.0 if short_b <= 0 else INF))
+    return min(wait, max(until_recompute, at_full))
+
+
 class Decision(NamedTuple):
     allowed: bool
     retry_after_s: float
@@ -96,6 +109,7 @@ class Limiter:
         self.max_debt_seconds = max_debt_seconds
         self.initial_limits = initial_limits
         self.states: dict[tuple[str, str], KindState] = {}
+        self.recompute_at = INF  # when limits are next recomputed (caps Retry-After); INF: unknown
 
     # -- state ---------------------------------------------------------------------------
 
@@ -171,7 +185,10 @@ class Limiter:
         st.total_throttled_messages += messages
         st.total_throttled_bytes += nbytes
         st.throttled_events[reason] = st.throttled_events.get(reason, 0) + 1
-        return Decision(False, max(wait_m, wait_b), mb.tokens, bb.tokens, reason)
+        wait = max(wait_m, wait_b)
+        if now + wait > self.recompute_at:
+            wait = capped_retry(wait, max(0.0, self.recompute_at - now), short_m, short_b, *group.rates(kind))
+        return Decision(False, wait, mb.tokens, bb.tokens, reason)
 
     def record_usage(
         self, group: ResourceGroup, kind: str, messages: int, nbytes: int, namespace: str,

@@ -129,3 +129,26 @@ def test_a_cut_keeps_saved_tokens_in_seconds_not_in_tokens():
     assert b.tokens == 4.0
     b.refill(0.5)
     assert b.tokens == 54.0
+
+
+def test_retry_after_never_exceeds_the_next_recomputation_unless_the_debt_needs_longer() -> None:
+    from rgd.limiter import capped_retry
+
+    # share 2 msg/s, 20 messages short: 10 s at the share; the limit is recomputed in 0.7 s
+    assert capped_retry(10.0, 0.7, 20.0, 0.0, 100.0, -1.0) == 0.7
+    # a debt of 500 messages needs 5 s even at the full quota of 100/s
+    assert capped_retry(250.0, 0.7, 500.0, 0.0, 100.0, -1.0) == 5.0
+    # bytes the longer: 3e6 bytes short on a 1e6 B/s quota
+    assert capped_retry(60.0, 0.5, 1.0, 3e6, 100.0, 1e6) == 3.0
+    assert capped_retry(0.2, 0.7, 1.0, 0.0, 100.0, -1.0) == 0.2  # shorter than the recompute: as is
+
+
+def test_limiter_caps_retry_after_at_the_recompute_time() -> None:
+    clock = Clock()
+    lim = Limiter(clock, burst_seconds=1.0)
+    g = ResourceGroup("g", publish_msgs=1000)
+    lim.set_limit(g, "publish", 2.0, math.inf)  # a 2 msg/s share of a 1000 msg/s group
+    assert lim.acquire(g, "publish", 2, 0, "t/ns").allowed
+    assert lim.acquire(g, "publish", 2, 0, "t/ns").retry_after_s == 1.0  # uncapped: 2 tokens at 2/s
+    lim.recompute_at = clock() + 0.3
+    assert lim.acquire(g, "publish", 2, 0, "t/ns").retry_after_s == 0.3
