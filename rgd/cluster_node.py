@@ -65,6 +65,7 @@ class NodeConfig:
     react_seconds: float = 0.1  # how often react() runs (early reports, recompute of what changed)
     early_reports: bool = True  # publish a group's report as soon as its demand moves (not only on the tick)
     early_gap_ticks: float = 0.25  # at most one early report per group per this many ticks
+    start_seconds: float | None = 0.05  # a new group's bucket starts with this much of its limit (None: full)
 
     @property
     def react_window(self) -> float:
@@ -128,7 +129,7 @@ class ClusterNode:
         )
         self.suppression_state = SuppressionState()
         self.limiter = Limiter(clock, config.burst_seconds, config.max_debt_seconds,
-                               initial_limits=self._initial_limits)
+                               initial_limits=self._initial_limits, start_seconds=config.start_seconds)
         # Our own entries as sent, to count our demand as peers may hold it (see calculator doc).
         self.history = OwnHistory()
         self.delay = DeliveryDelay(config.tick_seconds, 3.0 * config.tick_seconds)
@@ -140,6 +141,8 @@ class ClusterNode:
         self.all_dirty = False
         self._snapshots: deque[tuple[float, dict[tuple[str, str], tuple[int, int, int, int]]]] = deque()
         self._early_at: dict[str, float] = {}
+        self._early_this_tick: set[str] = set()
+        self._window_figures: dict[str, tuple[float, ...]] = {}  # the last react's demand, per tick
         self.early_reports_sent = 0
         # Outage state; `heard_since`: when we started hearing the topic (None: not hearing).
         self.hearing = hearing
@@ -252,9 +255,28 @@ class ClusterNode:
         tick_s = self.config.tick_seconds
         self._entries = group_entries(self.limiter.collect(), self.limiter.states, self.groups())
         rates = {(n, k): local_rates(gu, k, tick_s) for n, gu in self._entries.items() for k in KINDS}
+        state = self.suppression_state
+        last_before = dict(state.last_sent)
+        skipped_before = dict(state.skipped)
         send, suppressed = select_reports(
-            self.config.suppression, self.suppression_state, {n: figures(gu) for n, gu in self._entries.items()}
+            self.config.suppression, state, {n: figures(gu) for n, gu in self._entries.items()}
         )
+        # A group reported early this tick whose demand still reads as reported: its tick
+        # counts average the old demand and the new one, and would set peers (and our own
+        # view) back to a demand that no longer holds. Peers keep the early report's figures.
+        tolerance = self.config.suppression.tolerance
+        # It counts as a skip: peers take K + 1 reports in a row without a group as
+        # evidence that it went idle (rgd/map_keeper.py), so the refresh rule still holds.
+        current = [n for n in send if n in self._early_this_tick and n in self._window_figures
+                   and any(self._window_figures[n]) and n in last_before
+                   and skipped_before.get(n, 0) < self.config.suppression.max_skipped_ticks
+                   and not moved(last_before[n], self._window_figures[n], tolerance)]
+        for name in current:
+            send.remove(name)
+            suppressed.append(name)
+            state.last_sent[name] = last_before[name]
+            state.skipped[name] = skipped_before.get(name, 0) + 1
+        self._early_this_tick = set()
         report = self._new_report(now)
         self._include(report, list(send), now)
         self._sent_this_tick = set(send)
@@ -324,13 +346,23 @@ class ClusterNode:
         while len(self._snapshots) > 1 and self._snapshots[1][0] <= now - window + 1e-9:
             self._snapshots.popleft()
         start, old = self._snapshots[0]
-        if now - start < window - 1e-9:
+        span = now - start
+        if span < window - 1e-9:
             return None
         counts: dict[tuple[str, str], TickCounters] = {}
         for key, new in snap.items():
-            was = old.get(key, (0, 0, 0, 0))
-            counts[key] = TickCounters(*(n - w for n, w in zip(new, was)))
-        return now - start, counts
+            was = old.get(key)
+            if was is not None:
+                counts[key] = TickCounters(*(n - w for n, w in zip(new, was)))
+                continue
+            # Created within the window: it counted only since the snapshot before the first
+            # one that has it, so scale its counts to the window (else a new group's first
+            # report would show a fraction of its demand).
+            since = next((self._snapshots[i - 1][0] for i in range(1, len(self._snapshots))
+                          if key in self._snapshots[i][1]), start)
+            scale = span / max(now - since, 1e-9)
+            counts[key] = TickCounters(*(int(round(n * scale)) for n in new))
+        return span, counts
 
     def early_report(self, now: float) -> UsageReport | None:
         """A report of the groups whose demand over the last window moved beyond the
@@ -349,10 +381,12 @@ class ClusterNode:
         state = self.suppression_state
         send: list[str] = []
         scale = tick_s / span
+        self._window_figures = {}
         for name, gu in entries.items():
+            now_figures = tuple(x * scale for x in figures(gu))
+            self._window_figures[name] = now_figures
             if now - self._early_at.get(name, -1e18) < gap:
                 continue
-            now_figures = tuple(x * scale for x in figures(gu))
             last = state.last_sent.get(name)
             idle = not any(now_figures)
             if last is None:
@@ -377,6 +411,7 @@ class ClusterNode:
             self.history.add(name, now, usage)
         self.usage_map.touch_self(self.node_id, self.incarnation, self.sequence, now, report.publish_time_ms)
         self.dirty.update(send)
+        self._early_this_tick.update(send)
         self.early_reports_sent += 1
         return report
 

@@ -103,9 +103,15 @@ class Limiter:
         burst_seconds: float = 1.0,
         max_debt_seconds: float = 10.0,
         initial_limits: InitialLimits = full_quota,
+        start_seconds: float | None = None,
     ) -> None:
         self.clock = clock
         self.burst_seconds = burst_seconds
+        # A new (group, kind) starts with this many seconds of its limit in the bucket
+        # (None: a full bucket). Every daemon that starts a group's bucket full can spend
+        # it on top of its share, so a new group split over the cluster would admit up to
+        # twice its quota in its first second; `start_seconds` bounds that to this fraction.
+        self.start_seconds = start_seconds
         self.max_debt_seconds = max_debt_seconds
         self.initial_limits = initial_limits
         self.states: dict[tuple[str, str], KindState] = {}
@@ -123,6 +129,10 @@ class Limiter:
                 TokenBucket.new(msgs, now, self.burst_seconds, self.max_debt_seconds),
                 TokenBucket.new(nbytes, now, self.burst_seconds, self.max_debt_seconds),
             )
+            if self.start_seconds is not None:
+                for b in (st.messages, st.bytes):
+                    if b.rate != INF:
+                        b.tokens = min(b.tokens, b.rate * self.start_seconds)
             self.states[key] = st
         return st
 

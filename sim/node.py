@@ -72,6 +72,7 @@ class SimNode:
             self.node_id, self.tick_seconds, self.strategy, self.params, self.profile.suppression,
             self.profile.ttl_ticks, self.profile.announce, self.burst_seconds,
             react_seconds=self.react_seconds, early_reports=self.profile.react,
+            start_seconds=0.05 if self.profile.react else None,  # pulsar: buckets start full, as Pulsar's do
         )
         self.node = ClusterNode(config, self.incarnation, self.clock, wall_ms, lambda: self.groups)
 

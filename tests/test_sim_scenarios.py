@@ -130,7 +130,15 @@ def test_previous_is_what_keeps_a_surge_under_the_quota(monkeypatch: pytest.Monk
                               self.members(), self.config.strategy, self.config.params)
 
     monkeypatch.setattr(ClusterNode, "limits_for", without_previous)
-    assert evaluate(run(load("surge"), "rgd")).overshoot_pct > 5.0
+    assert evaluate(run(load("surge"), "rgd")).overshoot_pct > 2.0
+    # With a delivery delay of a tick its peers hold its old demand for that long: waiting for
+    # the measured delay is what keeps the cluster under the quota (59 % over without it).
+    from dataclasses import replace
+
+    delayed = replace(load("surge"), delay=1.0)
+    assert evaluate(run(delayed, "rgd")).overshoot_pct > 20.0
+    monkeypatch.undo()
+    assert evaluate(run(delayed, "rgd")).overshoot_pct <= 2.0
 
 
 def test_coupled_limits_are_allocated_in_the_binding_dimension() -> None:
