@@ -142,6 +142,7 @@ class ClusterNode:
         self._snapshots: deque[tuple[float, dict[tuple[str, str], tuple[int, int, int, int]]]] = deque()
         self._early_at: dict[str, float] = {}
         self._early_this_tick: set[str] = set()
+        self._born: dict[tuple[str, str], float] = {}  # when react first saw each (group, kind)
         self._window_figures: dict[str, tuple[float, ...]] = {}  # the last react's demand, per tick
         self.early_reports_sent = 0
         # Outage state; `heard_since`: when we started hearing the topic (None: not hearing).
@@ -271,11 +272,21 @@ class ClusterNode:
                    and any(self._window_figures[n]) and n in last_before
                    and skipped_before.get(n, 0) < self.config.suppression.max_skipped_ticks
                    and not moved(last_before[n], self._window_figures[n], tolerance)]
+        # A group whose bucket appeared within this tick: its counts cover part of the tick, so
+        # the tick report would understate its demand; the early report (measured since the
+        # group exists) says it instead.
+        if self.config.early_reports:
+            young = {g for (g, _), born in self._born.items() if now - born < tick_s - 1e-9}
+            current += [n for n in send if n in young and n not in current]
         for name in current:
             send.remove(name)
             suppressed.append(name)
-            state.last_sent[name] = last_before[name]
-            state.skipped[name] = skipped_before.get(name, 0) + 1
+            if name in last_before:
+                state.last_sent[name] = last_before[name]
+                state.skipped[name] = skipped_before.get(name, 0) + 1
+            else:  # never reported: nothing for peers to count as skipped
+                state.last_sent.pop(name, None)
+                state.skipped.pop(name, None)
         self._early_this_tick = set()
         report = self._new_report(now)
         self._include(report, list(send), now)
@@ -285,6 +296,8 @@ class ClusterNode:
         self.history.prune(now, self.fold_window())
         for name in [g for g in self.history.entries if g not in self._entries]:
             self.history.forget(name)
+        for key in [k for k in self._born if k not in self.limiter.states]:
+            del self._born[key]
         return TickReport(report, sorted(send), len(suppressed), rates)
 
     def receive(self, data: bytes, properties: Mapping[str, str] | None, now: float) -> Receipt:
@@ -342,6 +355,8 @@ class ClusterNode:
             for key, st in self.limiter.states.items()
         }
         self._snapshots.append((now, snap))
+        for key in snap:
+            self._born.setdefault(key, now)
         window = self.config.react_window
         while len(self._snapshots) > 1 and self._snapshots[1][0] <= now - window + 1e-9:
             self._snapshots.popleft()
@@ -352,16 +367,11 @@ class ClusterNode:
         counts: dict[tuple[str, str], TickCounters] = {}
         for key, new in snap.items():
             was = old.get(key)
+            # A bucket created within the window is not measured yet: a fraction of a window
+            # would be a noisy demand, and until its first report every member still computes
+            # the equal split of a group nobody has reported.
             if was is not None:
                 counts[key] = TickCounters(*(n - w for n, w in zip(new, was)))
-                continue
-            # Created within the window: it counted only since the snapshot before the first
-            # one that has it, so scale its counts to the window (else a new group's first
-            # report would show a fraction of its demand).
-            since = next((self._snapshots[i - 1][0] for i in range(1, len(self._snapshots))
-                          if key in self._snapshots[i][1]), start)
-            scale = span / max(now - since, 1e-9)
-            counts[key] = TickCounters(*(int(round(n * scale)) for n in new))
         return span, counts
 
     def early_report(self, now: float) -> UsageReport | None:
@@ -377,7 +387,9 @@ class ClusterNode:
         tick_s = self.config.tick_seconds
         gap = self.config.early_gap_ticks * tick_s
         collected = {key: Collected(c, frozenset(), 0) for key, c in counts.items()}
-        entries = group_entries(collected, self.limiter.states, self.groups())
+        measured = {g for g, _ in counts}
+        entries = {n: gu for n, gu in group_entries(collected, self.limiter.states, self.groups()).items()
+                   if n in measured}
         state = self.suppression_state
         send: list[str] = []
         scale = tick_s / span
