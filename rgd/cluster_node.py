@@ -48,6 +48,7 @@ from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 from rgd.usage_map import UsageMap
 
 REJECT_OWN = "own"  # our own report echoed by the topic: ignored, not an error
+EARLY_BUDGET_MIN = 8  # early report entries per tick a daemon with few groups may always send
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class NodeConfig:
     outage_grace: float = 10.0
     react_seconds: float = 0.1  # how often react() runs (early reports, recompute of what changed)
     early_reports: bool = True  # publish a group's report as soon as its demand moves (not only on the tick)
-    early_gap_ticks: float = 0.25  # at most one early report per group per this many ticks
+    early_gap_ticks: float = 0.25  # at most one early report per group per this many ticks; and per
+    # tick at most max(8, groups) early entries: report bytes/s <= 2 x an unsuppressed tick report's
     start_seconds: float | None = 0.05  # a new group's bucket starts with this much of its limit (None: full)
 
     @property
@@ -142,6 +144,7 @@ class ClusterNode:
         self._snapshots: deque[tuple[float, dict[tuple[str, str], tuple[int, int, int, int]]]] = deque()
         self._early_at: dict[str, float] = {}
         self._early_this_tick: set[str] = set()
+        self._early_mentions = 0  # group entries in early reports since the last tick
         self._born: dict[tuple[str, str], float] = {}  # when react first saw each (group, kind)
         self._window_figures: dict[str, tuple[float, ...]] = {}  # the last react's demand, per tick
         self.early_reports_sent = 0
@@ -288,6 +291,7 @@ class ClusterNode:
                 state.last_sent.pop(name, None)
                 state.skipped.pop(name, None)
         self._early_this_tick = set()
+        self._early_mentions = 0
         report = self._new_report(now)
         self._include(report, list(send), now)
         self._sent_this_tick = set(send)
@@ -394,6 +398,11 @@ class ClusterNode:
         send: list[str] = []
         scale = tick_s / span
         self._window_figures = {}
+        # Budget, pooled over groups: early entries per tick at most the number of groups we
+        # serve (at least EARLY_BUDGET_MIN), so report bytes per second stay within twice an
+        # unsuppressed tick report's whatever the load; a few busy groups may use the share of
+        # the many quiet ones.
+        budget = max(EARLY_BUDGET_MIN, len({g for g, _ in self.limiter.states})) - self._early_mentions
         for name, gu in entries.items():
             now_figures = tuple(x * scale for x in figures(gu))
             self._window_figures[name] = now_figures
@@ -405,7 +414,7 @@ class ClusterNode:
                 changed = not idle
             else:
                 changed = (idle and any(last)) or moved(last, now_figures, self.config.suppression.tolerance)
-            if changed:
+            if changed and len(send) < budget:
                 send.append(name)
                 state.last_sent[name] = now_figures
                 state.skipped[name] = 0
@@ -424,6 +433,7 @@ class ClusterNode:
         self.usage_map.touch_self(self.node_id, self.incarnation, self.sequence, now, report.publish_time_ms)
         self.dirty.update(send)
         self._early_this_tick.update(send)
+        self._early_mentions += len(send)
         self.early_reports_sent += 1
         return report
 

@@ -119,3 +119,29 @@ def test_a_demand_shift_is_reported_early_and_rate_limited() -> None:
     shifted = [r for r in offer(200, 1.0) if r is not None]
     assert 1 <= len(shifted) <= 4  # at most one per 0.25 tick
     assert shifted[0].groups[0].publish.admitted_messages > 20
+
+
+def test_early_entries_per_tick_are_budgeted_over_all_groups() -> None:
+    # 20 groups whose demand moves on every react: at most 20 early entries per tick in all
+    # (twice an unsuppressed tick report's bytes per second at most), and again after the tick.
+    clock = Clock()
+    groups = {f"g{i}": ResourceGroup(f"g{i}", publish_msgs=1000) for i in range(20)}
+    n = ClusterNode(NodeConfig("a"), 1, clock, wall_ms, lambda: groups)
+    clock.t += 1.0
+    sent = 0
+    for step in range(10):
+        rate = 100 if step % 2 else 300
+        for g in groups.values():
+            for _ in range(rate // 10):
+                n.limiter.acquire(g, "publish", 1, 100, "ns/x", now=clock.t)
+        clock.t += 0.1
+        r = n.early_report(clock.t)
+        sent += len(r.groups) if r is not None else 0
+    assert sent == 20
+    n.tick_report(clock.t)
+    for g in groups.values():
+        for _ in range(60):
+            n.limiter.acquire(g, "publish", 1, 100, "ns/x", now=clock.t)
+    clock.t += 0.1
+    r = n.early_report(clock.t)
+    assert r is not None and len(r.groups) == 20
