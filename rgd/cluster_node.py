@@ -38,7 +38,7 @@ from rgd.delivery_delay import DeliveryDelay
 from rgd.limiter import Collected, Limiter, TickCounters, rate_of
 from rgd.map_keeper import MapKeeper
 from rgd.own_history import OwnHistory
-from rgd.quota.calculator import compute_limits
+from rgd.quota.calculator import PEER_VIEW_STRATEGIES, compute_limits
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import GroupLimits, PeerUsage
 from rgd.report_builder import figures, group_entries, local_rates, peer_usage
@@ -49,6 +49,7 @@ from rgd.usage_map import UsageMap
 
 REJECT_OWN = "own"  # our own report echoed by the topic: ignored, not an error
 EARLY_BUDGET_MIN = 8  # early report entries per tick a daemon with few groups may always send
+NEW_BUCKET_SECONDS = 0.05  # see start_seconds_for
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class NodeConfig:
     early_reports: bool = True  # publish a group's report as soon as its demand moves (not only on the tick)
     early_gap_ticks: float = 0.25  # at most one early report per group per this many ticks; and per
     # tick at most max(8, groups) early entries: report bytes/s <= 2 x an unsuppressed tick report's
-    start_seconds: float | None = 0.05  # a new group's bucket starts with this much of its limit (None: full)
+    start_seconds: float | None = None  # a new group's bucket starts with this much of its limit (None: full)
 
     @property
     def react_window(self) -> float:
@@ -80,6 +81,15 @@ class NodeConfig:
         """A group entry unconfirmed this long goes even without evidence of idleness:
         three refresh periods plus the TTL."""
         return 3 * (self.suppression.max_skipped_ticks + 1) + self.ttl_ticks
+
+
+def start_seconds_for(strategy: str) -> float | None:
+    """How much of its limit a new bucket starts with, per strategy. `rgd` splits a group
+    nobody has reported equally, so with full buckets every daemon could spend a second of
+    its share on top of it and the cluster admit up to twice the quota in the group's first
+    second; 0.05 s bounds that to 5 %. The baselines start full, as the systems they
+    reproduce do."""
+    return NEW_BUCKET_SECONDS if strategy in PEER_VIEW_STRATEGIES else None
 
 
 @dataclass
@@ -151,6 +161,7 @@ class ClusterNode:
         # Outage state; `heard_since`: when we started hearing the topic (None: not hearing).
         self.hearing = hearing
         self.heard_since: float | None = clock() if hearing else None
+        self._settled = False
         self.deaf_since: float | None = None
         self.members_at_deafness = 1
 
@@ -166,10 +177,14 @@ class ClusterNode:
         return now - self.deaf_since > self.config.outage_grace
 
     def settled(self, now: float | None = None) -> bool:
-        """We have heard the topic for a full tick: every live peer has reported since
-        (every daemon reports each tick), so the members we know are all there are."""
-        now = self.clock() if now is None else now
-        return self.hearing and self.heard_since is not None and now - self.heard_since >= self.config.tick_seconds
+        """We have heard the topic for a full tick (once: an outage later does not undo it,
+        the map then holds the members we knew): every live peer has reported since (every
+        daemon reports each tick), so the members we know are all there are."""
+        if not self._settled:
+            now = self.clock() if now is None else now
+            self._settled = (self.hearing and self.heard_since is not None
+                             and now - self.heard_since >= self.config.tick_seconds)
+        return self._settled
 
     def fold_window(self) -> float:
         """How long after publishing a report every peer has it in force: the measured
@@ -183,7 +198,7 @@ class ClusterNode:
             n = max(1, self.members_at_deafness)
             return {k: (rate_of(group.rates(k)[0]) / n, rate_of(group.rates(k)[1]) / n) for k in KINDS}
         settled = self.settled(now)
-        if settled and members == {self.node_id}:
+        if settled and self.hearing and members == {self.node_id}:
             # We listened a full tick and nobody reported: no peer can overshoot with us.
             return {k: (rate_of(group.rates(k)[0]), rate_of(group.rates(k)[1])) for k in KINDS}
         usage = self.usage_map.group_usage(group.name)

@@ -25,7 +25,7 @@ from rgd.api.app import build_app
 from rgd.config_file import ConfigDocument, ConfigError, load_config
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
-from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig
+from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
 from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import Limiter
 from rgd.metrics import Metrics
@@ -61,7 +61,7 @@ class Daemon:
                 QuotaParams(burst_seconds=settings.burst),
                 SuppressionPolicy(settings.report_tolerance, settings.report_every),
                 settings.ttl_ticks, True, settings.burst, settings.max_debt, settings.outage_grace,
-                react_seconds=settings.tick / REACTS_PER_TICK,
+                react_seconds=settings.tick / REACTS_PER_TICK, start_seconds=start_seconds_for(settings.strategy),
             ),
             self.incarnation, self.clock, lambda _now: int(time.time() * 1000),
             lambda: self.config.effective.groups,
@@ -196,9 +196,9 @@ class Daemon:
             "safe_share": self.node.safe_share_active(),
             "config_file": self.config_doc.path if self.config_doc else None,
         }
-        # Ready once one full tick has run with the broker up: by then we have heard
-        # our peers, so our limits are a share, not a guess.
-        return connected and self.ticks >= 1, detail
+        # Ready once we have listened to the topic for a full tick with the broker up: by
+        # then we have heard our peers, so our limits are a share, not a guess.
+        return connected and self.ticks >= 1 and self.node.settled(), detail
 
     # -- pulsar ----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol
 
-from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig
+from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
 from rgd.groups import ResourceGroup
 from rgd.limiter import Limiter
 from rgd.quota.calculator import QuotaParams
@@ -72,7 +72,7 @@ class SimNode:
             self.node_id, self.tick_seconds, self.strategy, self.params, self.profile.suppression,
             self.profile.ttl_ticks, self.profile.announce, self.burst_seconds,
             react_seconds=self.react_seconds, early_reports=self.profile.react,
-            start_seconds=0.05 if self.profile.react else None,  # pulsar: buckets start full, as Pulsar's do
+            start_seconds=start_seconds_for(self.strategy),
         )
         self.node = ClusterNode(config, self.incarnation, self.clock, wall_ms, lambda: self.groups)
 
