@@ -40,7 +40,7 @@ from rgd.map_keeper import MapKeeper
 from rgd.own_history import OwnHistory
 from rgd.quota.calculator import PEER_VIEW_STRATEGIES, compute_limits
 from rgd.quota.inputs import QuotaParams
-from rgd.quota.model import GroupLimits, PeerUsage
+from rgd.quota.model import GroupLimits
 from rgd.report_builder import figures, group_entries, local_rates, peer_usage
 from rgd.report_codec import HmacKeys, Rejected, decode_report
 from rgd.suppression import SuppressionPolicy, SuppressionState, moved, select_reports
@@ -469,3 +469,9 @@ class ClusterNode:
     def leaving_report(self, now: float) -> UsageReport:
         """Graceful shutdown: peers evict us at once instead of after the TTL."""
         return self._new_report(now, leaving=True)
+
+
+__all__ = [
+    "ClusterNode", "EARLY_BUDGET_MIN", "NEW_BUCKET_SECONDS", "NodeConfig", "REJECT_OWN", "Receipt", "TickReport",
+    "start_seconds_for",
+]
