@@ -4,7 +4,7 @@ The cluster logic (collect -> report -> read -> compute) is `ClusterNode`'s,
 without I/O, shared with the simulator; this module is its edges: publishing
 and signing reports, receiving them into an inbox drained once per tick, the
 usage log, metrics, config from the file and the config topic. Reports are
-folded as they arrive (every react interval, a tenth of a tick), not only on the tick. Each concern is
+folded as they arrive (every react interval, a twentieth of a tick), not only on the tick. Each concern is
 a small asyncio task; `stop()` publishes the `leaving` report, cancels the
 tasks in reverse order and releases the broker it started.
 """
@@ -42,7 +42,7 @@ from rgd.wire.usage_report_pb2 import UsageReport
 log = logging.getLogger("rgd.daemon")
 
 MAX_INBOX = 10_000  # reports waiting to be folded; beyond this the oldest are dropped
-REACTS_PER_TICK = 10  # between ticks: fold, early reports, recompute what changed, this often
+REACTS_PER_TICK = 20  # between ticks: fold, early reports, recompute what changed, this often
 
 
 class Daemon:
