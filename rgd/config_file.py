@@ -6,6 +6,8 @@ daemon:                # optional; every key is also a flag and an RGD_* variabl
   tick: 1.0
 resourcegroups:
   gold: {publishRateInMsgs: 1000, publishRateInBytes: -1}
+topics:                # "persistent://tenant/ns/topic" -> group (wins over the namespace's)
+  persistent://acme/orders/audit: gold
 namespaces:            # "tenant/ns" -> group (wins over the tenant's)
   acme/orders: gold
 tenants:               # tenant -> group
@@ -29,7 +31,7 @@ import yaml
 
 from rgd.groups import GroupRegistry, InvalidGroup, registry_from_mapping
 
-TOP_LEVEL_KEYS = ("daemon", "resourcegroups", "namespaces", "tenants")
+TOP_LEVEL_KEYS = ("daemon", "resourcegroups", "topics", "namespaces", "tenants")
 
 
 class ConfigError(ValueError):

@@ -1,12 +1,16 @@
 """The effective group config: the file as declarative base, admin changes on top.
 
 Admin changes are `ConfigChange` records keyed by what they change
-(`group/<name>`, `namespace/<t/ns>`, `tenant/<t>`), each with a version
+(`group/<name>`, `topic/<persistent://t/ns/x>`, `namespace/<t/ns>`, `tenant/<t>`), each with a version
 (wall-clock ms, then origin daemon id as a tie-break). The highest version per
 key wins (last-writer-wins register), so applying a change twice, or in any
 order, gives the same state: a broker that redelivers, or a daemon replaying
 the config topic from the start, cannot corrupt the config. A change with
 `value=None` is a tombstone: it removes the key even if the file defines it.
+
+A group value may carry fields this daemon does not know (written by a newer
+rgd during a rolling upgrade): they are ignored, as the admin API ignores them,
+rather than refusing the whole change and leaving this daemon's config behind.
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from rgd.groups import GroupRegistry, InvalidGroup, ResourceGroup, check_name, check_namespace
+from rgd.groups import GroupRegistry, InvalidGroup, ResourceGroup, check_name, check_namespace, check_topic
+
+# Key prefix -> the GroupRegistry table an attachment change edits.
+ATTACHMENT_TABLES = {"topic": "topics", "namespace": "namespaces", "tenant": "tenants"}
 
 
 @dataclass(frozen=True, slots=True)
 class ConfigChange:
-    key: str  # "group/<name>" | "namespace/<tenant/ns>" | "tenant/<tenant>"
+    key: str  # "group/<name>" | "topic/<persistent://t/ns/x>" | "namespace/<tenant/ns>" | "tenant/<tenant>"
     value: Any  # group: admin v2 rates mapping; attachment: group name; None = delete
     version_ms: int
     origin: str
@@ -59,13 +66,15 @@ class ConfigChange:
         if kind == "group":
             check_name("resource group", name)
             if self.value is not None:
-                ResourceGroup.from_admin(name, self.value)
+                ResourceGroup.from_admin(name, self.value, strict=False)
+        elif kind == "topic":
+            check_topic(name)
         elif kind == "namespace":
             check_namespace(name)
         elif kind == "tenant":
             check_name("tenant", name)
         else:
-            raise InvalidGroup(f"config change: key {self.key!r} must start with group/, namespace/ or tenant/")
+            raise InvalidGroup(f"config change: key {self.key!r} must start with group/, topic/, namespace/ or tenant/")
         if kind != "group" and self.value is not None:
             check_name("resource group", self.value)
 
@@ -101,9 +110,9 @@ class ConfigStore:
                 if change.value is None:
                     reg.groups.pop(name, None)
                 else:
-                    reg.groups[name] = ResourceGroup.from_admin(name, change.value)
+                    reg.groups[name] = ResourceGroup.from_admin(name, change.value, strict=False)
             else:
-                table = reg.namespaces if kind == "namespace" else reg.tenants
+                table = getattr(reg, ATTACHMENT_TABLES[kind])
                 if change.value is None:
                     table.pop(name, None)
                 else:
@@ -112,3 +121,6 @@ class ConfigStore:
         # failing: config changes arrive one key at a time and may be briefly inconsistent.
         self.effective = reg
         self.generation += 1
+
+
+__all__ = ["ATTACHMENT_TABLES", "ConfigChange", "ConfigStore"]

@@ -29,6 +29,7 @@ from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_
 from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import Limiter
 from rgd.metrics import Metrics
+from rgd.pulsar_metrics import PulsarMetrics
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import INF
 from rgd.report_codec import HmacKeys
@@ -82,6 +83,7 @@ class Daemon:
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
         self.metrics.attach(self)
+        self.pulsar_metrics = PulsarMetrics(self, self.metrics.registry) if settings.pulsar_metrics else None
 
     @property
     def usage_map(self) -> UsageMap:
@@ -390,7 +392,9 @@ class Daemon:
                         self.settings.outage_grace, self.node.members_at_deafness)
         self.metrics.broker_connected.set(1 if connected else 0)
         # collect + report
+        aggregate_started = time.perf_counter()
         out = self.node.tick_report(now)
+        aggregate_s = time.perf_counter() - aggregate_started
         self.last_local_rates = out.local_rates
         self.metrics.groups_suppressed.inc(out.suppressed)
         if connected:
@@ -406,7 +410,10 @@ class Daemon:
         # compute
         started = time.perf_counter()
         self.node.recompute()
-        self.metrics.calc_seconds.observe(time.perf_counter() - started)
+        calc_s = time.perf_counter() - started
+        self.metrics.calc_seconds.observe(calc_s)
+        if self.pulsar_metrics is not None:
+            self.pulsar_metrics.on_tick(out.sent, aggregate_s, calc_s)
         self.metrics.safe_share.set(1 if self.node.safe_share_active(now) else 0)
         if self.usage_log is not None:
             self.usage_log.maintain()
@@ -448,7 +455,16 @@ class Daemon:
     # -- admin stats -----------------------------------------------------------------------
 
     def group_stats(self, group: ResourceGroup) -> dict[str, Any]:
+        """`limits`: what this daemon enforces now, per kind, from the same source as
+        /v1/quota and rgd_local_limit. `daemons`: the usage map, each daemon's entry as last
+        reported; a report's limit is the one in force when it was built (before that
+        tick's recompute), so it is named `reported_limit_*` and never stands for ours."""
         now = self.clock()
+        limits = {
+            kind: {"messages_per_second": _per_second(m), "bytes_per_second": _per_second(b)}
+            for kind in KINDS
+            for m, b in [self.limiter.limit_in_force(group, kind)]
+        }
         daemons: dict[str, Any] = {}
         for daemon_id, entry in self.usage_map.groups.get(group.name, {}).items():
             doc: dict[str, Any] = {"report_age_seconds": round(now - entry.updated, 3), "reports": entry.usage.reports}
@@ -459,12 +475,16 @@ class Daemon:
                     "admitted_bytes_per_second": k.admitted_bytes,
                     "demand_messages_per_second": k.demand_messages,
                     "demand_bytes_per_second": k.demand_bytes,
-                    "limit_messages_per_second": None if k.limit_messages == INF else k.limit_messages,
-                    "limit_bytes_per_second": None if k.limit_bytes == INF else k.limit_bytes,
+                    "reported_limit_messages_per_second": _per_second(k.limit_messages),
+                    "reported_limit_bytes_per_second": _per_second(k.limit_bytes),
                 }
             daemons[daemon_id] = doc
-        return {"group": group.name, "quota": group.to_admin(), "daemons": daemons,
-                "members": sorted(self.node.members())}
+        return {"group": group.name, "quota": group.to_admin(), "daemon": self.settings.id, "limits": limits,
+                "daemons": daemons, "members": sorted(self.node.members())}
+
+
+def _per_second(rate: float) -> float | None:
+    return None if rate == INF else rate
 
 
 def _load_tokens(path: str) -> frozenset[str]:

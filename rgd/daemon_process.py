@@ -49,11 +49,20 @@ class DaemonProcess:
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read() or b"{}")
 
+    def log_tail(self, lines: int = 15) -> str:
+        """The end of the daemon's output, so a failed start says why without opening a file
+        (a CI run deletes its scratch directory, and the log with it)."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        return "".join(f"\n  | {line}" for line in tail)
+
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"{self.daemon_id} exited with {self.process.returncode} (log: {self.log_path})")
+                raise RuntimeError(f"{self.daemon_id} exited with {self.process.returncode} "
+                                   f"(log: {self.log_path}){self.log_tail()}")
             try:
                 status, _ = self.get_json("/readyz", 1.0)
                 if status == 200:
@@ -61,7 +70,7 @@ class DaemonProcess:
             except (OSError, ValueError):
                 pass
             time.sleep(0.1)
-        raise TimeoutError(f"{self.daemon_id} not ready within {timeout}s (log: {self.log_path})")
+        raise TimeoutError(f"{self.daemon_id} not ready within {timeout}s (log: {self.log_path}){self.log_tail()}")
 
     def signal(self, sig: int) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -1,10 +1,12 @@
-"""Resource groups and their attachment to tenants and namespaces (PIP-82, Pulsar admin v2).
+"""Resource groups and their attachment to topics, namespaces and tenants (PIP-82, Pulsar admin v2).
 
-A group holds four rates (-1 = unlimited). A namespace resolves to its own
-attachment first, then its tenant's; a namespace with neither is unlimited.
-This module is pure data + validation: the config file, the admin API and the
-cluster config topic all build groups through `ResourceGroup.from_admin`, so
-one set of rules names every bad field the same way.
+A group holds two rates (messages/s, bytes/s; -1 = unlimited) per kind of
+traffic, in the fields of Pulsar's `ResourceGroup` policy: publish, dispatch and
+replication dispatch. A request resolves to its topic's attachment first, then
+its namespace's, then its tenant's (Pulsar: topic over namespace); with none it
+is unlimited. This module is pure data + validation: the config file, the admin
+API and the cluster config topic all build groups through
+`ResourceGroup.from_admin`, so one set of rules names every bad field the same way.
 """
 
 from __future__ import annotations
@@ -14,20 +16,24 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-KINDS = ("publish", "dispatch")
+KINDS = ("publish", "dispatch", "replication")
 
-# Admin v2 field names, in the order Pulsar lists them.
-RATE_FIELDS = (
-    "publishRateInMsgs",
-    "publishRateInBytes",
-    "dispatchRateInMsgs",
-    "dispatchRateInBytes",
-)
+# Admin v2 field names per kind (messages/s, bytes/s), as Pulsar's ResourceGroup names them.
+KIND_FIELDS: dict[str, tuple[str, str]] = {
+    "publish": ("publishRateInMsgs", "publishRateInBytes"),
+    "dispatch": ("dispatchRateInMsgs", "dispatchRateInBytes"),
+    "replication": ("replicationDispatchRateInMsgs", "replicationDispatchRateInBytes"),
+}
+RATE_FIELDS = tuple(f for kind in KINDS for f in KIND_FIELDS[kind])
 UNLIMITED = -1.0
 # A rate above this is a typo, not a limit (about 1e15 msg/s or bytes/s).
 MAX_RATE = 1e15
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
+# Pulsar's NamedEntity rule for tenant, namespace, cluster and topic names, applied as
+# Java applies it: Pattern.matches on the whole string, and Java's \w is ASCII-only.
+# (Empty is refused besides: an empty name cannot be a path segment.)
+_NAME_RE = re.compile(r"[-=:.\w]+", re.ASCII)
+TOPIC_DOMAINS = ("persistent", "non-persistent")
 
 
 class InvalidGroup(ValueError):
@@ -35,11 +41,11 @@ class InvalidGroup(ValueError):
 
 
 def check_name(what: str, value: Any) -> str:
-    """Group and tenant names: Pulsar's charset, bounded length."""
-    if not isinstance(value, str) or not _NAME_RE.match(value):
+    """Group, tenant and namespace names: Pulsar's `^[-=:.\\w]*$` (ASCII letters, digits, _ - = : .)."""
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         raise InvalidGroup(
             f"{what}: {value!r} is not a valid name "
-            "(letters, digits, '.', '_', '-'; up to 128 characters)"
+            "(ASCII letters, digits and _ - = : . as Pulsar allows)"
         )
     return value
 
@@ -52,6 +58,25 @@ def check_namespace(value: Any, what: str = "namespace") -> str:
     check_name(f"{what} tenant", tenant)
     check_name(f"{what} name", ns)
     return value
+
+
+def check_topic(value: Any, what: str = "topic") -> str:
+    """A full topic name 'persistent://tenant/namespace/topic' (or non-persistent://)."""
+    domain, sep, rest = value.partition("://") if isinstance(value, str) else ("", "", "")
+    parts = rest.split("/")
+    if not sep or domain not in TOPIC_DOMAINS or len(parts) != 3 or not parts[2]:
+        raise InvalidGroup(f"{what}: {value!r} must be 'persistent://tenant/namespace/topic'")
+    check_namespace(f"{parts[0]}/{parts[1]}", what)
+    check_name(f"{what} local name", parts[2])
+    return value
+
+
+_PARTITION = re.compile(r"-partition-\d+$")
+
+
+def base_topic(topic: str) -> str:
+    """A partition's policies are its partitioned topic's, as in Pulsar."""
+    return _PARTITION.sub("", topic)
 
 
 def check_rate(field_name: str, value: Any) -> float:
@@ -77,44 +102,56 @@ class ResourceGroup:
     publish_bytes: float = UNLIMITED
     dispatch_msgs: float = UNLIMITED
     dispatch_bytes: float = UNLIMITED
+    replication_msgs: float = UNLIMITED
+    replication_bytes: float = UNLIMITED
 
     def rates(self, kind: str) -> tuple[float, float]:
-        """(messages/s, bytes/s) for 'publish' or 'dispatch'; -1 = unlimited."""
+        """(messages/s, bytes/s) of one of KINDS; -1 = unlimited."""
         if kind == "publish":
             return self.publish_msgs, self.publish_bytes
-        return self.dispatch_msgs, self.dispatch_bytes
+        if kind == "dispatch":
+            return self.dispatch_msgs, self.dispatch_bytes
+        return self.replication_msgs, self.replication_bytes
 
     def to_admin(self) -> dict[str, Any]:
-        """Pulsar admin v2 JSON shape."""
+        """Pulsar admin v2 JSON shape (every field; -1 = unlimited)."""
         return {
-            "publishRateInMsgs": _admin_number(self.publish_msgs),
-            "publishRateInBytes": _admin_number(self.publish_bytes),
-            "dispatchRateInMsgs": _admin_number(self.dispatch_msgs),
-            "dispatchRateInBytes": _admin_number(self.dispatch_bytes),
+            field_name: _admin_number(rate)
+            for kind in KINDS
+            for field_name, rate in zip(KIND_FIELDS[kind], self.rates(kind))
         }
 
     @classmethod
     def from_admin(
-        cls, name: str, body: Any, base: "ResourceGroup | None" = None, where: str = ""
+        cls, name: str, body: Any, base: "ResourceGroup | None" = None, where: str = "",
+        strict: bool = True,
     ) -> "ResourceGroup":
-        """Build from an admin v2 mapping. Missing fields keep `base`'s value (PUT of a
-        partial body updates, like pulsar-admin's `resourcegroups update`); unknown
-        fields are an error so a misspelt limit is never silently unlimited."""
+        """Build from an admin v2 mapping. Missing (or null) fields keep `base`'s value,
+        as Pulsar's update does (read-modify-write). Unknown fields: with `strict` (the
+        config file) an error, so a misspelt limit is never silently unlimited; without
+        (the admin API, the config topic) ignored, as Pulsar ignores them; the caller
+        names them with `unknown_fields`."""
         prefix = f"{where}." if where else ""
         check_name(f"{prefix}name", name)
         if not isinstance(body, Mapping):
             raise InvalidGroup(f"{where or 'body'}: expected an object with {', '.join(RATE_FIELDS)}")
-        unknown = sorted(set(body) - set(RATE_FIELDS))
-        if unknown:
+        unknown = unknown_fields(body)
+        if unknown and strict:
             raise InvalidGroup(
                 f"{prefix}{unknown[0]}: unknown field (expected one of {', '.join(RATE_FIELDS)})"
             )
         current = base.to_admin() if base else {}
         values = [
-            check_rate(f"{prefix}{f}", body[f]) if f in body else float(current.get(f, UNLIMITED))
+            check_rate(f"{prefix}{f}", body[f]) if body.get(f) is not None
+            else float(current.get(f, UNLIMITED))
             for f in RATE_FIELDS
         ]
         return cls(name, *values)
+
+
+def unknown_fields(body: Mapping[Any, Any]) -> list[str]:
+    """Keys of an admin body that are not rate fields, sorted (for warnings)."""
+    return sorted(str(k) for k in body if k not in RATE_FIELDS)
 
 
 def _admin_number(rate: float) -> float | int:
@@ -123,15 +160,21 @@ def _admin_number(rate: float) -> float | int:
 
 @dataclass(slots=True)
 class GroupRegistry:
-    """Groups plus tenant/namespace attachments, with a resolve cache for the hot path."""
+    """Groups plus topic/namespace/tenant attachments, with a resolve cache for the hot path."""
 
     groups: dict[str, ResourceGroup] = field(default_factory=dict)
     namespaces: dict[str, str] = field(default_factory=dict)  # "tenant/ns" -> group
     tenants: dict[str, str] = field(default_factory=dict)  # tenant -> group
+    topics: dict[str, str] = field(default_factory=dict)  # "persistent://t/ns/topic" -> group
     _cache: dict[str, ResourceGroup | None] = field(default_factory=dict, repr=False)
 
-    def resolve(self, namespace: str) -> ResourceGroup | None:
-        """The group that limits `namespace` (namespace attachment wins over tenant)."""
+    def resolve(self, namespace: str, topic: str | None = None) -> ResourceGroup | None:
+        """The group that limits a request: its topic's attachment (a partition's is its
+        partitioned topic's), else its namespace's, else its tenant's."""
+        if topic is not None and self.topics:
+            name = self.topics.get(topic) or self.topics.get(base_topic(topic))
+            if name is not None and name in self.groups:
+                return self.groups[name]
         try:
             return self._cache[namespace]
         except KeyError:
@@ -145,26 +188,39 @@ class GroupRegistry:
         self._cache[namespace] = group
         return group
 
+    def applied_to_topic(self, topic: str) -> str | None:
+        """The group in force for a topic (Pulsar's `applied=true`): topic, namespace, tenant."""
+        name = self.topics.get(topic)
+        if name is None:
+            tenant_ns = topic.partition("://")[2].rsplit("/", 1)[0]
+            name = self.namespaces.get(tenant_ns) or self.tenants.get(tenant_ns.partition("/")[0])
+        return name
+
     def namespaces_of(self, group: str) -> list[str]:
-        """Attachments of a group, for the admin API and reports."""
+        """Attachments of a group (topics, namespaces, tenants), for the admin API and reports."""
         return sorted(
             [ns for ns, g in self.namespaces.items() if g == group]
             + [t for t, g in self.tenants.items() if g == group]
+            + [t for t, g in self.topics.items() if g == group]
         )
 
     def copy(self) -> "GroupRegistry":
-        return GroupRegistry(dict(self.groups), dict(self.namespaces), dict(self.tenants))
+        return GroupRegistry(dict(self.groups), dict(self.namespaces), dict(self.tenants), dict(self.topics))
 
     def validate_attachments(self) -> None:
         """Every attachment must name a defined group."""
-        for what, table in (("namespaces", self.namespaces), ("tenants", self.tenants)):
+        for what, table in (("namespaces", self.namespaces), ("tenants", self.tenants), ("topics", self.topics)):
             for key, group in table.items():
                 if group not in self.groups:
                     raise InvalidGroup(f"{what}.{key}: resource group {group!r} is not defined")
 
 
+# Config-file sections of attachments, each also a GroupRegistry table.
+ATTACHMENT_SECTIONS = ("topics", "namespaces", "tenants")
+
+
 def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegistry:
-    """Parse the `resourcegroups` / `namespaces` / `tenants` sections of a config document."""
+    """Parse the `resourcegroups` / `topics` / `namespaces` / `tenants` sections of a config document."""
     reg = GroupRegistry()
     groups = doc.get("resourcegroups") or {}
     if not isinstance(groups, Mapping):
@@ -173,18 +229,25 @@ def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegis
         reg.groups[str(name)] = ResourceGroup.from_admin(
             str(name), body or {}, where=f"{where}resourcegroups.{name}"
         )
-    for section, check in (("namespaces", check_namespace), ("tenants", None)):
+    checks = {"topics": check_topic, "namespaces": check_namespace}
+    for section in ATTACHMENT_SECTIONS:
         table = doc.get(section) or {}
         if not isinstance(table, Mapping):
             raise InvalidGroup(f"{where}{section}: expected a mapping of name -> resource group")
-        target = reg.namespaces if section == "namespaces" else reg.tenants
+        target = getattr(reg, section)
         for key, group in table.items():
-            if check is not None:
-                check(key, f"{where}{section}.{key}")
-            else:
+            if section == "tenants":
                 check_name(f"{where}{section}.{key}", key)
+            else:
+                checks[section](key, f"{where}{section}.{key}")
             check_name(f"{where}{section}.{key}", group)
             target[str(key)] = group
     reg.validate_attachments()
     return reg
 
+
+__all__ = [
+    "ATTACHMENT_SECTIONS", "KINDS", "KIND_FIELDS", "MAX_RATE", "RATE_FIELDS", "TOPIC_DOMAINS", "UNLIMITED",
+    "GroupRegistry", "InvalidGroup", "ResourceGroup", "base_topic", "check_name", "check_namespace",
+    "check_rate", "check_topic", "registry_from_mapping", "unknown_fields",
+]

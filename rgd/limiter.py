@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
-from rgd.groups import ResourceGroup
+from rgd.groups import KINDS, ResourceGroup
 from rgd.token_bucket import INF, TokenBucket
 
 # Reasons a request was throttled (metric label `reason`).
@@ -145,8 +145,15 @@ class Limiter:
 
     def forget(self, group_name: str) -> None:
         """Drop a deleted group's buckets."""
-        for kind in ("publish", "dispatch"):
+        for kind in KINDS:
             self.states.pop((group_name, kind), None)
+
+    def limit_in_force(self, group: ResourceGroup, kind: str) -> tuple[float, float]:
+        """(messages/s, bytes/s) this daemon enforces now (INF = unlimited): the bucket's
+        rate, or for a (group, kind) not asked for yet the rate its first ask will get.
+        The one source of /v1/quota, /stats and rgd_local_limit, so they cannot disagree."""
+        st = self.states.get((group.name, kind))
+        return st.limit if st is not None else self.initial_limits(group, kind)
 
     # -- hot path ------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from rgd.groups import KINDS
+
 if TYPE_CHECKING:
     from rgd.daemon import Daemon
 
@@ -71,7 +73,7 @@ class LimiterCollector(Collector):
             used.add_metric([group, kind, "bytes"], rates[1])
         for group, entries in list(d.usage_map.groups.items()):
             for daemon_id, entry in list(entries.items()):
-                for kind in ("publish", "dispatch"):
+                for kind in KINDS:
                     k = entry.usage.kind(kind)
                     peer.add_metric([group, daemon_id, kind, "messages"], k.admitted_messages)
                     peer.add_metric([group, daemon_id, kind, "bytes"], k.admitted_bytes)

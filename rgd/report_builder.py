@@ -7,7 +7,7 @@ from typing import Mapping
 from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import Collected, KindState
 from rgd.quota.model import INF, PeerUsage
-from rgd.usage_map import kind_rates
+from rgd.usage_map import group_rates
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage
 
 
@@ -59,17 +59,17 @@ def group_entries(
 
 
 def figures(gu: GroupUsage) -> tuple[float, ...]:
-    """The numbers suppression compares: usage and demand of both kinds."""
-    p, d = gu.publish, gu.dispatch
-    return (
-        p.admitted_messages, p.admitted_bytes, p.throttled_messages, p.throttled_bytes,
-        d.admitted_messages, d.admitted_bytes, d.throttled_messages, d.throttled_bytes,
-    )
+    """The numbers suppression compares: usage and demand of every kind."""
+    out: list[float] = []
+    for kind in KINDS:
+        k = getattr(gu, kind)
+        out += (k.admitted_messages, k.admitted_bytes, k.throttled_messages, k.throttled_bytes)
+    return tuple(out)
 
 
 def peer_usage(gu: GroupUsage, tick_s: float) -> PeerUsage:
-    """What peers will fold from this entry: the same conversion as usage_map.kind_rates."""
-    return PeerUsage(kind_rates(gu.publish, tick_s), kind_rates(gu.dispatch, tick_s))
+    """What peers will fold from this entry: the same conversion as usage_map.group_rates."""
+    return PeerUsage(**group_rates(gu, tick_s))
 
 
 def local_rates(gu: GroupUsage, kind: str, tick_s: float) -> tuple[float, float]:

@@ -17,6 +17,7 @@ from typing import Mapping
 
 from google.protobuf.message import DecodeError
 
+from rgd.groups import KINDS
 from rgd.wire.usage_report_pb2 import UsageReport
 
 MAX_REPORT_BYTES = 8 * 1024 * 1024
@@ -120,6 +121,6 @@ def decode_report(
         if not g.group or g.group in seen:
             raise Rejected(REJECT_MALFORMED, f"groups[{i}].group empty or repeated")
         seen.add(g.group)
-        _check_kind(g.publish, f"groups[{i}].publish")
-        _check_kind(g.dispatch, f"groups[{i}].dispatch")
+        for kind in KINDS:
+            _check_kind(getattr(g, kind), f"groups[{i}].{kind}")
     return report

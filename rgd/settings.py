@@ -49,6 +49,7 @@ class Settings:
     report_hmac_keys_file: str = ""  # "key_id:secret" lines; first signs, all verify
     outage_grace: float = 10.0  # seconds without the broker before the safe share applies
     event_loop: str = "auto"  # auto (uvloop when installed), uvloop, asyncio
+    pulsar_metrics: bool = False  # also export Pulsar's pulsar_resource_group_* metrics
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -86,6 +87,7 @@ HELP: dict[str, str] = {
     "report_hmac_keys_file": "file of key_id:secret lines to sign and verify reports",
     "outage_grace": "seconds without the broker before falling back to a safe share",
     "event_loop": "auto (uvloop when installed: about 20 % more batch decisions/s), uvloop or asyncio",
+    "pulsar_metrics": "also export Pulsar's resource-group metrics (pulsar_resource_group_*, labels ResourceGroup, MonitoringClass) for Pulsar dashboards",
 }
 
 

@@ -14,11 +14,12 @@ the entry is older than `group_ttl` seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from rgd.quota.model import INF, KindRates, PeerUsage
-from rgd.wire.usage_report_pb2 import KindUsage, UsageReport
+from rgd.groups import KINDS
+from rgd.quota.model import IDLE, INF, KindRates, PeerUsage
+from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 
 EVICT_LEAVING = "leaving"
 EVICT_TTL = "ttl"
@@ -58,6 +59,12 @@ def kind_rates(k: KindUsage, tick_s: float) -> KindRates:
     )
 
 
+def group_rates(g: GroupUsage, tick_s: float) -> dict[str, KindRates]:
+    """Every kind of a report's group entry as rates; a kind the sender did not send
+    (an older rgd) is idle and unlimited, not limited to zero."""
+    return {kind: kind_rates(getattr(g, kind), tick_s) if g.HasField(kind) else IDLE for kind in KINDS}
+
+
 @dataclass
 class UsageMap:
     groups: dict[str, dict[str, Entry]] = field(default_factory=dict)
@@ -84,9 +91,7 @@ class UsageMap:
             entries = self.groups.setdefault(g.group, {})
             prev = entries.get(sender)
             history = prev.usage.reports + 1 if prev is not None else 1
-            entries[sender] = Entry(
-                PeerUsage(kind_rates(g.publish, tick_s), kind_rates(g.dispatch, tick_s), history), now
-            )
+            entries[sender] = Entry(PeerUsage(reports=history, **group_rates(g, tick_s)), now)
         return FoldResult(True, lost=lost)
 
     def set_local(self, self_id: str, group: str, usage: PeerUsage, now: float) -> None:
@@ -94,9 +99,7 @@ class UsageMap:
         entries = self.groups.setdefault(group, {})
         prev = entries.get(self_id)
         history = prev.usage.reports + 1 if prev is not None else 1
-        entries[self_id] = Entry(
-            PeerUsage(usage.publish, usage.dispatch, history), now
-        )
+        entries[self_id] = Entry(replace(usage, reports=history), now)
 
     def touch_self(self, self_id: str, incarnation: int, sequence: int, now: float, publish_ms: int) -> None:
         self.members[self_id] = Member(incarnation, sequence, now, publish_ms)

@@ -1,8 +1,11 @@
-"""`python -m sim SCENARIO... [--strategy NAME ...] [--out DIR] [--log-dir DIR]`, and `python -m sim scale`.
+"""`python -m sim SCENARIO... [--strategy NAME ...] [--out DIR] [--log-dir DIR]`, `python -m sim scale`,
+and `python -m sim fuzz --count N --seed S [--strategy NAME ...] [--out DIR] [--jobs J]`.
 
 SCENARIO is a built-in name (see sim/scenarios/), a YAML file, or `all` (every
 built-in). The comparison table goes to stdout; --out DIR also writes
-results.json and results.md. `scale` runs PIP-82's sizing instead (sim/scale.py).
+results.json and results.md. `scale` runs PIP-82's sizing instead (sim/scale.py);
+`fuzz` draws random scenarios within documented bounds and checks the targets
+(sim/fuzz.py), writing every failing case as a scenario file.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ STRATEGY_ORDER = ["rgd", "pulsar", "doorman-proportional", "doorman-fair", "stat
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m sim",
-        description="Simulate rgd daemons and compare quota strategies (or `scale` for PIP-82's sizing).",
+        description="Simulate rgd daemons and compare quota strategies (or `scale` for PIP-82's sizing, "
+                    "or `fuzz` for random scenarios: python -m sim fuzz --help).",
     )
     p.add_argument("scenarios", nargs="+", metavar="SCENARIO",
-                   help=f"built-in name ({', '.join(builtin_names())}), a YAML file, `all`, or `scale`")
+                   help=f"built-in name ({', '.join(builtin_names())}), a YAML file, `all`, `scale`, "
+                        "or `fuzz` (its own options: python -m sim fuzz --help)")
     p.add_argument("--strategy", action="append", choices=sorted(STRATEGIES), metavar="NAME",
                    help=f"strategy to run (repeatable; default: all of {', '.join(STRATEGY_ORDER)})")
     p.add_argument("--out", metavar="DIR", help="also write results.json and results.md here")
@@ -65,7 +70,75 @@ def _scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fuzz_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m sim fuzz",
+        description="Draw random scenarios within the bounds in sim/README.md, run every strategy on each, "
+                    "print the distribution of convergence, overshoot, utilization and Jain per strategy "
+                    "and the targets as pass/fail lines; write every case the first strategy fails as a "
+                    "scenario file (replay: python -m sim FILE).",
+    )
+    p.add_argument("--count", type=int, default=100, help="scenarios to draw (default 100)")
+    p.add_argument("--seed", type=int, default=1, help="fuzz seed: scenario i of seed S is always the same")
+    p.add_argument("--first", type=int, default=0, help="index of the first scenario (default 0)")
+    p.add_argument("--strategy", action="append", choices=sorted(STRATEGIES), metavar="NAME",
+                   help=f"strategy to run (repeatable; default: all of {', '.join(STRATEGY_ORDER)}); "
+                        "failing cases are written for the first")
+    p.add_argument("--out", metavar="DIR", default="sim-fuzz",
+                   help="where failing cases (DIR/failing/*.yaml), fuzz.md and fuzz.json go (default sim-fuzz)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    return p
+
+
+def _fuzz(argv: list[str]) -> int:
+    import json
+    from dataclasses import asdict
+
+    from sim.fuzz import failures, run_fuzz, summarize, write_failure
+
+    args = _fuzz_parser().parse_args(argv)
+    if args.count < 1 or args.jobs < 1 or args.first < 0:
+        print("fuzz: need --count >= 1, --jobs >= 1, --first >= 0", file=sys.stderr)
+        return 2
+    strategies = args.strategy or STRATEGY_ORDER
+
+    def progress(done: int, total: int) -> None:
+        if done == total or done % 25 == 0:
+            print(f"  {done}/{total} scenarios", file=sys.stderr)
+
+    report = run_fuzz(args.seed, args.count, strategies, jobs=args.jobs, first=args.first, progress=progress)
+    out = Path(args.out)
+    failing_dir = out / "failing"
+    failing_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    judged = strategies[0]
+    by_case: dict[str, dict[str, list[str]]] = {}
+    for c in report.cases:
+        broken = failures(c)
+        if broken:
+            by_case.setdefault(c.scenario, {})[c.strategy] = broken
+    for name, broken in sorted(by_case.items()):
+        if judged in broken:
+            index = int(name.rsplit("-", 1)[1])
+            written.append(write_failure(failing_dir, args.seed, index, broken))
+            report.failing[name] = broken[judged]
+    text = summarize(report)
+    text += (f"\n\n{len(written)} case(s) failing for {judged} written to {failing_dir}/ "
+             f"(replay one: python -m sim {failing_dir}/NAME.yaml --strategy {judged})\n")
+    print(text)
+    (out / "fuzz.md").write_text(text)
+    (out / "fuzz.json").write_text(json.dumps(
+        {"seed": args.seed, "count": args.count, "first": args.first, "strategies": strategies,
+         "wall_seconds": report.wall_seconds, "jobs": args.jobs, "failing": report.failing,
+         "cases": [asdict(c) for c in report.cases]},
+        indent=1, default=str, allow_nan=True) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fuzz"]:
+        return _fuzz(argv[1:])
     args = _parser().parse_args(argv)
     if args.scenarios == ["scale"]:
         return _scale(args)

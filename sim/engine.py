@@ -14,7 +14,9 @@ at once (the daemon recomputes on a config change).
 
 What is recorded per tick and dimension (group x kind, in messages/s, or bytes/s
 when only the bytes rate is limited): the quota, each live daemon's offered load
-and admitted load. metrics.py turns that into the comparison figures.
+and admitted load, and, where a group limits messages and bytes both, the bytes
+quota and each daemon's message size, so the judge can tell which one binds.
+metrics.py turns that into the comparison figures.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ class DimensionTick:
     quota: float
     offered: dict[str, float] = field(default_factory=dict)
     admitted: dict[str, float] = field(default_factory=dict)
+    # Coupled limits: the bytes/s quota when messages are measured and bytes are limited too
+    # (-1 otherwise), and bytes per message of every daemon with traffic.
+    bytes_quota: float = -1.0
+    message_bytes: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -191,13 +197,13 @@ class Simulation:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def _unit(self, group: ResourceGroup, kind: str) -> tuple[float, float] | None:
-        """(quota, bytes per message-unit) of the dimension we measure, or None if unlimited."""
+    def _unit(self, group: ResourceGroup, kind: str, daemon: str = "") -> tuple[float, float] | None:
+        """(quota, measured units per message) of the dimension we measure, or None if unlimited."""
         msgs, nbytes = group.rates(kind)
         if msgs >= 0:
             return msgs, 1.0
         if nbytes >= 0:
-            return nbytes, float(self.scenario.message_bytes)
+            return nbytes, float(self.scenario.size_of(group.name, daemon))
         return None
 
     def run(self) -> RunResult:
@@ -266,14 +272,14 @@ class Simulation:
                 if unit is None:
                     continue
                 quota, _ = unit
-                tick = DimensionTick(quota)
+                msgs, nbytes = self.groups[name].rates(kind)
+                tick = DimensionTick(quota, bytes_quota=nbytes if msgs >= 0 else -1.0)
                 series[k] = tick
                 record[key] = tick
         return record
 
     def _traffic(self, record: dict[str, DimensionTick], factors: dict[tuple[str, str, str], float],
                  substeps: int) -> None:
-        mb = self.scenario.message_bytes
         for node_id in sorted(self.nodes):
             node = self.nodes[node_id]
             for group_name in sorted(self.demand):
@@ -285,9 +291,11 @@ class Simulation:
                     rate = kinds[kind] * factors.get((node_id, group_name, kind), 1.0)
                     key = f"{group_name}/{kind}"
                     tick = record.get(key)
-                    unit = 1.0 if tick is None else self._unit(group, kind)[1]  # type: ignore[index]
+                    mb = self.scenario.size_of(group_name, node_id)
+                    unit = 1.0 if tick is None else self._unit(group, kind, node_id)[1]  # type: ignore[index]
                     if tick is not None:
                         tick.offered[node_id] = rate * unit
+                        tick.message_bytes[node_id] = float(mb)
                         tick.admitted.setdefault(node_id, 0.0)
                     if rate <= 0:
                         continue

@@ -1,11 +1,15 @@
 """From recorded ticks to the comparison figures (pure).
 
-Per dimension (group x kind) and tick, the ideal is the max-min fair split of the
-quota over the live daemons' offered load. Definitions (all documented in the
-table's legend, sim/table.py):
+Per dimension (group x kind) and tick, the ideal comes from the judge (sim/oracle.py,
+which shares no code with any strategy): the max-min fair split of the quota over the
+live daemons' offered load, or, where a group limits messages and bytes both, the
+lexicographic max-min of dominant shares (Dominant Resource Fairness with demand caps).
+A daemon whose bytes bind is judged in bytes: its tolerance and slack are fractions of
+the bytes quota. Definitions (all documented in the table's legend, sim/table.py):
 - converged tick: every live daemon admitted within 10 % of its ideal share (plus
-  a slack of 0.5 % of the quota, for acquire granularity), and the cluster admitted
-  within 10 % of min(quota, total demand);
+  a slack of 0.5 % of the quota of its dominant dimension, for acquire granularity),
+  and the cluster's usage of every limited dimension within 10 % of the ideal's
+  (plus 0.5 % of that quota): min(quota, total demand) in one dimension;
 - a window runs from a change's observable tick (demand/join/leave: the next tick,
   when the first report of it has been published; a new group: the next tick too;
   crash: the strategy's TTL later; a quota change: at once) to the next change. Ticks between a change and its
@@ -13,11 +17,17 @@ table's legend, sim/table.py):
 - ticks to converge: m - observable, where m is the first tick of the window that
   starts HOLD (3) converged ticks in a row (or runs converged to the window's end);
   None (shown "never") if there is no such tick. Later excursions (a report lost, a
-  daemon wrongly evicted) show in overshoot, over quota and utilization instead;
-- utilization (admitted / min(quota, demand)) and Jain's index of admitted/ideal,
-  averaged over the converged part of each window (the last half when it never
-  converges), then the worst window;
-- overshoot: the worst tick's cluster admission above the quota, in %;
+  daemon wrongly evicted) show in overshoot, over quota and utilization instead. A
+  window too short to show convergence within BUDGET ticks (the next change came
+  first) that did not converge is flagged `superseded`: the run's worst still counts it
+  as "never", the fuzzer's per-change statistics leave it out (it says nothing either way);
+- utilization of the binding dimension: the usage of the constraint the ideal fills
+  (messages or bytes, the fuller one if both) over its quota, or admitted / demand when
+  the ideal meets every demand; and Jain's index of admitted/ideal; both averaged over
+  the converged part of each window (the last half when it never converges), then the
+  worst window;
+- overshoot: the worst tick's cluster usage above the quota, in %, over every limited
+  dimension (bytes too, where messages and bytes are both limited);
 - over quota: share of ticks in which the cluster admitted more than 1 % above
   the quota (1 % absorbs sub-step jitter).
 """
@@ -27,13 +37,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from rgd.quota.max_min_fair import water_fill
 from sim.engine import Change, DimensionTick, RunResult
+from sim.oracle import UNLIMITED, Allocation, Constraint, constraints_of, dominant_weights, progressive_fill
 
 TOLERANCE = 0.10
 SLACK = 0.005  # of the quota, absolute, per daemon
 OVER_GRACE = 0.01
 HOLD = 3  # converged ticks in a row that count as converged
+BUDGET = 5  # a window shorter than BUDGET + HOLD ticks cannot show convergence within BUDGET
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,9 @@ class WindowMetrics:
     ticks_to_converge: int | None
     utilization: float | None
     jain: float | None
+    binding: str = ""  # what limits the ideal at the window's start: messages, bytes or demand
+    superseded: bool = False  # cut short by the next change before it could converge
+    moved: bool = True  # the change moved this dimension's ideal (else it is another dimension's)
 
 
 @dataclass(frozen=True)
@@ -58,34 +72,90 @@ class Metrics:
     over_quota_share: float
     report_bytes_per_daemon_tick: float
     windows: list[WindowMetrics] = field(default_factory=list)
+    overshoot_at: str = ""  # where the worst tick was: "group/kind tick k (messages|bytes)"
     counters: dict[str, int] = field(default_factory=dict)  # reports, groups sent/suppressed, losses...
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Judged:
+    """One tick judged: the ideal, in the tick's measured unit, and the constraints behind it."""
+
+    ids: tuple[str, ...]
+    constraints: tuple[Constraint, ...]
+    allocation: Allocation
+
+    @property
+    def shares(self) -> dict[str, float]:
+        return dict(zip(self.ids, self.allocation.shares))
+
+    def usage(self, c: Constraint, x: dict[str, float]) -> float:
+        return sum(a * x.get(i, 0.0) for i, a in zip(self.ids, c.coeffs))
+
+
+def judge(t: DimensionTick) -> Judged:
+    """The oracle's ideal for one tick. Coupled limits (a bytes quota beside the measured messages
+    quota) are one problem over both; otherwise the one limited dimension, in its own unit."""
+    ids, constraints = _constraints(t)
+    return Judged(ids, constraints, progressive_fill([t.offered.get(i, 0.0) for i in ids], constraints))
+
+
+def _constraints(t: DimensionTick) -> tuple[tuple[str, ...], tuple[Constraint, ...]]:
+    ids = tuple(sorted(set(t.offered) | set(t.admitted)))
+    if t.bytes_quota >= 0:
+        sizes = [t.message_bytes.get(i, 1.0) for i in ids]
+        return ids, tuple(constraints_of(sizes, t.quota, t.bytes_quota))
+    return ids, tuple(constraints_of([1.0] * len(ids), t.quota, UNLIMITED))
+
+
 def ideal(t: DimensionTick) -> dict[str, float]:
-    ids = sorted(t.offered)
-    return dict(zip(ids, water_fill(t.quota, [t.offered[i] for i in ids])))
+    return judge(t).shares
 
 
-def converged(t: DimensionTick) -> bool:
-    fair = ideal(t)
-    slack = SLACK * t.quota
-    for daemon, share in fair.items():
+def converged(t: DimensionTick, j: Judged | None = None) -> bool:
+    j = j or judge(t)
+    weights = dominant_weights(j.constraints, len(j.ids))
+    for daemon, share, w in zip(j.ids, j.allocation.shares, weights):
+        slack = SLACK / w if w > 0 else 0.0  # SLACK of the quota of its dominant dimension
         if abs(t.admitted.get(daemon, 0.0) - share) > TOLERANCE * share + slack:
             return False
-    target = min(t.quota, sum(t.offered.values()))
-    return abs(sum(t.admitted.values()) - target) <= TOLERANCE * target + slack
+    fair = j.shares
+    for c in j.constraints:
+        target = j.usage(c, fair)
+        if abs(j.usage(c, t.admitted) - target) > TOLERANCE * target + SLACK * c.capacity:
+            return False
+    return True
 
 
-def utilization(t: DimensionTick) -> float | None:
-    target = min(t.quota, sum(t.offered.values()))
+def binding(j: Judged) -> str:
+    """What limits the ideal: the tight constraint (the fuller if several), or demand."""
+    tight = [c for c in j.constraints if c.name in j.allocation.tight and c.capacity > 0]
+    if not tight:
+        return "demand"
+    return max(tight, key=lambda c: j.usage(c, j.shares) / c.capacity).name
+
+
+def utilization(t: DimensionTick, j: Judged | None = None) -> float | None:
+    """Usage of the binding dimension over its quota, or admitted / demand when demand binds."""
+    j = j or judge(t)
+    tight = [c for c in j.constraints if c.name in j.allocation.tight and c.capacity > 0]
+    if tight:
+        return max(j.usage(c, t.admitted) / c.capacity for c in tight)
+    target = sum(j.allocation.shares)
     return sum(t.admitted.values()) / target if target > 0 else None
 
 
-def jain(t: DimensionTick) -> float | None:
-    fair = ideal(t)
+def usage_and_quota(t: DimensionTick) -> list[tuple[float, float]]:
+    """(cluster usage, quota) of every limited dimension with a quota > 0."""
+    ids, constraints = _constraints(t)
+    return [(sum(a * t.admitted.get(i, 0.0) for i, a in zip(ids, c.coeffs)), c.capacity)
+            for c in constraints if c.capacity > 0]
+
+
+def jain(t: DimensionTick, j: Judged | None = None) -> float | None:
+    fair = (j or judge(t)).shares
     x = [t.admitted.get(d, 0.0) / f for d, f in fair.items() if f > 0]
     if not x:
         return None
@@ -100,38 +170,62 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 def window_metrics(dimension: str, series: Sequence[DimensionTick | None], change: Change,
                    end: int) -> WindowMetrics | None:
-    ticks = [(k, series[k]) for k in range(change.observable, end) if series[k] is not None]
+    ticks = [(k, series[k], judge(series[k])) for k in range(change.observable, end)  # type: ignore[arg-type]
+             if series[k] is not None]
     if not ticks:
         return None
-    ok = [converged(t) for _, t in ticks]  # type: ignore[arg-type]
+    ok = [converged(t, j) for _, t, j in ticks]
     first = next((i for i in range(len(ok)) if all(ok[i:i + HOLD])), None)
     if first is None:
-        steady = [t for _, t in ticks[len(ticks) // 2:]]
+        steady = ticks[len(ticks) // 2:]
         ttc = None
     else:
-        steady = [t for _, t in ticks[first:]]
+        steady = ticks[first:]
         ttc = ticks[first][0] - change.observable
     return WindowMetrics(
         dimension, change.label, change.observable, end, ttc,
-        _mean([utilization(t) for t in steady]),  # type: ignore[arg-type]
-        _mean([jain(t) for t in steady]),  # type: ignore[arg-type]
+        _mean([utilization(t, j) for _, t, j in steady]),
+        _mean([jain(t, j) for _, t, j in steady]),
+        binding(ticks[0][2]),
+        superseded=ttc is None and end - change.observable < BUDGET + HOLD,
+        moved=_moved(series, change, ticks[0][2]),
     )
+
+
+def _moved(series: Sequence[DimensionTick | None], change: Change, after: Judged) -> bool:
+    """Did the change move this dimension's ideal (beyond the convergence tolerance)?"""
+    before_tick = series[change.tick - 1] if change.tick > 0 else None
+    if before_tick is None:
+        return True
+    before = judge(before_tick)
+    if set(before.ids) != set(after.ids) or before.constraints != after.constraints:
+        return True
+    old, new = before.shares, after.shares
+    weights = dict(zip(after.ids, dominant_weights(after.constraints, len(after.ids))))
+    return any(abs(new[i] - old[i]) > TOLERANCE * max(new[i], old[i]) + (SLACK / weights[i] if weights[i] else 0)
+               for i in after.ids)
 
 
 def evaluate(result: RunResult) -> Metrics:
     windows: list[WindowMetrics] = []
-    overshoot = 0.0
+    worst = 0.0
+    worst_at = ""
     over = 0
     measured = 0
     for dim in sorted(result.dims):
         series = result.dims[dim]
-        for t in series:
-            if t is None or t.quota <= 0:
+        for k, t in enumerate(series):
+            if t is None:
                 continue
-            total = sum(t.admitted.values())
-            overshoot = max(overshoot, (total / t.quota - 1.0) * 100.0)
+            dims = usage_and_quota(t)
+            if not dims:
+                continue
+            tick_worst, which = max(((u / q - 1.0) * 100.0, i) for i, (u, q) in enumerate(dims))
+            if tick_worst > worst:
+                what = ("messages", "bytes")[which] if t.bytes_quota >= 0 else "its one limit"
+                worst, worst_at = tick_worst, f"{dim} tick {k} ({what})"
             measured += 1
-            over += total > t.quota * (1 + OVER_GRACE)
+            over += any(u > q * (1 + OVER_GRACE) for u, q in dims)
         for i, change in enumerate(result.changes):
             end = result.changes[i + 1].tick if i + 1 < len(result.changes) else result.ticks
             w = window_metrics(dim, series, change, end)
@@ -144,11 +238,16 @@ def evaluate(result: RunResult) -> Metrics:
         scenario=result.scenario,
         strategy=result.strategy,
         ticks_to_converge=None if (not ttcs or any(t is None for t in ttcs)) else max(ttcs),  # type: ignore[type-var]
-        overshoot_pct=max(0.0, overshoot),
+        overshoot_pct=max(0.0, worst),
         utilization=min(utils) if utils else None,
         jain=min(jains) if jains else None,
         over_quota_share=over / measured if measured else 0.0,
         report_bytes_per_daemon_tick=result.report_bytes / max(1, result.daemon_ticks),
         windows=windows,
+        overshoot_at=worst_at,
         counters={**result.counters, "transport_lost": result.reports_lost},
     )
+
+
+__all__ = ["BUDGET", "HOLD", "OVER_GRACE", "SLACK", "TOLERANCE", "Judged", "Metrics", "WindowMetrics", "binding",
+           "converged", "evaluate", "ideal", "jain", "judge", "usage_and_quota", "utilization", "window_metrics"]

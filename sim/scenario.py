@@ -10,6 +10,8 @@ seed: 1                    # seeds the transport and the phases; same seed, same
 substeps: 10               # acquires are spread over this many instants per tick (2..100)
 phases: spread             # when each daemon ticks within a tick: spread | aligned | random
 message_bytes: 1000        # bytes per message (demand is in messages/s)
+message_sizes:             # per group (a number) or per group and daemon (a mapping): bytes per
+  g: {a: 200, b: 20000}    #   message, overriding message_bytes (1..100 MiB); fixed for the run
 burst: 1.0                 # token bucket, seconds of the local limit (default: the daemon's)
 ttl_ticks: 3               # rgd's eviction of a silent daemon (default: the daemon's)
 pulsar_ttl_ticks: 10       # Pulsar's: 600 s of usage kept, in 60 s periods
@@ -49,11 +51,14 @@ PHASES = ("spread", "aligned", "random")
 TOP_KEYS = {
     "name", "description", "ticks", "seed", "substeps", "phases", "message_bytes", "burst",
     "ttl_ticks", "pulsar_ttl_ticks", "jitter", "transport", "daemons", "groups", "demand", "events",
+    "message_sizes",
 }
+MAX_MESSAGE_BYTES = 100 * 1024 * 1024
 EVENT_KEYS = {"at", "demand", "join", "leave", "crash", "groups"}
 TRANSPORT_KEYS = {"loss", "delay", "duplicate"}
 
 Demand = dict[str, dict[str, dict[str, float]]]  # group -> daemon -> kind -> messages/s
+Sizes = dict[str, int | dict[str, int]]  # group -> bytes per message, or daemon -> bytes per message
 
 
 class ScenarioError(ValueError):
@@ -90,6 +95,16 @@ class Scenario:
     loss: float = 0.0
     delay: float = 0.0
     duplicate: float = 0.0
+    message_sizes: Sizes = field(default_factory=dict)
+
+    def size_of(self, group: str, daemon: str) -> int:
+        """Bytes per message that `daemon` sends in `group` (message_sizes, else message_bytes)."""
+        per = self.message_sizes.get(group)
+        if per is None:
+            return self.message_bytes
+        if isinstance(per, dict):
+            return int(per.get(daemon, self.message_bytes))
+        return int(per)
 
 
 def _fail(path: str, message: str) -> ScenarioError:
@@ -159,6 +174,19 @@ def _demand(doc: Any, path: str) -> Demand:
     return out
 
 
+def _sizes(doc: Any, path: str) -> Sizes:
+    out: Sizes = {}
+    for group, value in _mapping(doc, path).items():
+        gpath = f"{path}.{group}"
+        _name(group, gpath)
+        if isinstance(value, Mapping):
+            out[group] = {_name(d, f"{gpath}.{d}"): _int(v, f"{gpath}.{d}", 1, MAX_MESSAGE_BYTES)
+                          for d, v in value.items()}
+        else:
+            out[group] = _int(value, gpath, 1, MAX_MESSAGE_BYTES)
+    return out
+
+
 def _groups(doc: Any, path: str, allow_delete: bool) -> dict[str, Mapping[str, Any] | None]:
     out: dict[str, Mapping[str, Any] | None] = {}
     for name, body in _mapping(doc, path).items():
@@ -220,7 +248,8 @@ def parse(doc: Any, default_name: str = "scenario") -> Scenario:
         seed=_int(top.get("seed", 1), "seed", 0, 2**63 - 1),
         substeps=_int(top.get("substeps", 10), "substeps", 2, 100),
         phases=phases,
-        message_bytes=_int(top.get("message_bytes", 1000), "message_bytes", 1, 100 * 1024 * 1024),
+        message_bytes=_int(top.get("message_bytes", 1000), "message_bytes", 1, MAX_MESSAGE_BYTES),
+        message_sizes=_sizes(top.get("message_sizes"), "message_sizes"),
         burst=_number(top.get("burst", Settings.burst), "burst", 0.001, 3600),
         ttl_ticks=_int(top.get("ttl_ticks", Settings.ttl_ticks), "ttl_ticks", 1, 10_000),
         pulsar_ttl_ticks=_int(top.get("pulsar_ttl_ticks", 10), "pulsar_ttl_ticks", 1, 10_000),

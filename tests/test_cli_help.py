@@ -47,3 +47,10 @@ def test_sim_help() -> None:
     out = _help(sys.executable, "-m", "sim")
     for word in ("SCENARIO", "--strategy", "--out"):
         assert word in out, word
+
+
+def test_sim_fuzz_help() -> None:
+    out = _help(sys.executable, "-m", "sim", "fuzz")
+    for word in ("--count", "--seed", "--strategy", "--out", "--jobs"):
+        assert word in out, word
+    assert "fuzz" in _help(sys.executable, "-m", "sim")

@@ -86,7 +86,8 @@ def test_config_store_last_writer_wins_and_is_idempotent():
 def test_config_change_decode_validates():
     change = ConfigChange("group/g", {"publishRateInMsgs": 1}, 5, "d")
     assert ConfigChange.decode(change.encode()) == change
-    for bad in (b"nope", b"[]", b'{"key": "group/g", "value": {"x": 1}, "version_ms": 1, "origin": "d"}',
+    for bad in (b"nope", b"[]", b'{"key": "group/g", "value": {"publishRateInMsgs": "lots"}, "version_ms": 1, "origin": "d"}',
+                    b'{"key": "topic/acme/x", "value": null, "version_ms": 1, "origin": "d"}',
                 b'{"key": "weird/g", "value": null, "version_ms": 1, "origin": "d"}',
                 b'{"key": "group/g", "value": null, "version_ms": "1", "origin": "d"}'):
         with pytest.raises(ValueError):

@@ -33,12 +33,12 @@ def test_strategies_registry() -> None:
 
 def test_unlimited_dimensions_are_inf() -> None:
     limits = compute_limits(G, {"a": pu(100)}, "a", {"a"}, previous=pu(100))
-    assert set(limits) == {"publish", "dispatch"}
-    assert math.isinf(limits["publish"][1]) and limits["dispatch"] == (INF, INF)
+    assert set(limits) == {"publish", "dispatch", "replication"}
+    assert math.isinf(limits["publish"][1]) and limits["dispatch"] == limits["replication"] == (INF, INF)
     free = ResourceGroup("free")
     for strategy in STRATEGIES:
         assert compute_limits(free, {"a": pu(5)}, "a", {"a"}, strategy) == {
-            "publish": (INF, INF), "dispatch": (INF, INF)}
+            "publish": (INF, INF), "dispatch": (INF, INF), "replication": (INF, INF)}
 
 
 def test_dimensions_are_independent() -> None:

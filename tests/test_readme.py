@@ -25,7 +25,7 @@ from rgd.embedded_broker import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-VOLATILE = {"broker_url"}  # strings that differ per run
+VOLATILE = {"broker_url", "daemon"}  # strings that differ per run (the daemon id is the hostname)
 ID_LISTS = {"members"}  # lists of daemon ids
 ID_KEYED = {"daemons"}  # objects keyed by daemon id
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import random
 import sys
 import zlib
@@ -237,7 +238,7 @@ def test_restatements_add_no_usage(tmp_path):
 
 
 def _schema_variant():
-    """rgd's usage report schema with a third traffic kind and two fields renumbered, in a pool of its own."""
+    """rgd's usage report schema with one more traffic kind and two fields renumbered, in a pool of its own."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     fdp = descriptor_pb2.FileDescriptorProto()
@@ -251,7 +252,7 @@ def _schema_variant():
     kind_field = next(f for f in msgs["GroupUsage"].field if f.name == "dispatch")
     extra = msgs["GroupUsage"].field.add()
     extra.CopyFrom(kind_field)
-    extra.name, extra.json_name, extra.number = "replication", "replication", 6
+    extra.name, extra.json_name, extra.number = "storage", "storage", 7
     next(f for f in msgs["UsageReport"].field if f.name == "sequence").number = 12
     next(f for f in msgs["KindUsage"].field if f.name == "admitted_messages").number = 9
     pool = descriptor_pool.DescriptorPool()
@@ -261,7 +262,7 @@ def _schema_variant():
 
 
 def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
-    """Field numbers and kinds come from descriptors: a schema with a third kind and moved fields decodes
+    """Field numbers and kinds come from descriptors: a schema with one more kind and moved fields decodes
     with specs built from it, and agrees with the protobuf library on every value."""
     from rgd.report.decode import (
         COUNT_FIELDS, G_REP, LIMIT_FIELDS, PER_KIND, GroupFields, KindFields, ReportFields, decode_reports,
@@ -270,7 +271,7 @@ def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
 
     V = _schema_variant()
     kinds = kind_fields(V["GroupUsage"].DESCRIPTOR, V["KindUsage"].DESCRIPTOR)
-    assert kinds == ("publish", "dispatch", "replication")
+    assert kinds == ("publish", "dispatch", "replication", "storage")
     rf = field_numbers(ReportFields, V["UsageReport"].DESCRIPTOR, {
         **{n: "varint" for n in ReportFields._fields}, "daemon_id": "string", "groups": "message"})
     assert rf.sequence == 12
@@ -416,3 +417,35 @@ def test_assemble_matches_the_plain_version(specs: list[tuple], w0: int, width: 
         np.testing.assert_array_equal(m.throttled[k], ref[("thr", k)])
         np.testing.assert_array_equal(m.limit[k], ref[("lim", k)])
         np.testing.assert_array_equal(m.quota[k], ref[("quo", k)])
+
+
+def test_a_kind_the_report_does_not_carry_is_unlimited_one_it_carries_is_protobufs() -> None:
+    """A report from before the replication kind existed has no `replication` entry: the decoder
+    reads it as unlimited (-1), as the daemons fold it (usage_map.group_rates); a carried entry,
+    even an empty one, reads as the protobuf library reads it (limits 0.0: blocked)."""
+    from rgd.report.decode import (
+        GROUP_FIELDS, KIND_FIELDS, KIND_SLOTS, KINDS, LIMIT_FIELDS, PER_KIND, REPORT_FIELDS, decode_reports,
+    )
+    from rgd.usage_map import group_rates
+
+    old = UsageReport(daemon_id="n", sequence=1, publish_time_ms=5, tick_ms=1000, incarnation=1)
+    g = old.groups.add(group="g")
+    g.publish.admitted_messages, g.publish.limit_messages, g.publish.quota_messages = 3, 10.0, 20.0
+    g.dispatch.limit_messages = g.dispatch.limit_bytes = -1.0
+    new = UsageReport()
+    new.CopyFrom(old)
+    new.groups[0].replication.SetInParent()  # carried, every field at its default
+    payloads = [old.SerializeToString(), new.SerializeToString()]
+    buf = np.frombuffer(b"".join(payloads), np.uint8)
+    offs = np.array([0, len(payloads[0])], np.int64)
+    lens = np.array([len(p) for p in payloads], np.int64)
+    _, _, _, lims, ng = decode_reports(buf, offs, lens, 8, REPORT_FIELDS, GROUP_FIELDS, KIND_SLOTS, KIND_FIELDS,
+                                       PER_KIND * len(KINDS))
+    lims = lims[:ng].view(np.float64)
+    r = KINDS.index("replication")
+    assert lims[0, PER_KIND * r:PER_KIND * (r + 1)].tolist() == [-1.0] * 4
+    assert lims[1, PER_KIND * r:PER_KIND * (r + 1)].tolist() == [0.0] * 4
+    p = KINDS.index("publish")
+    assert lims[0, PER_KIND * p:PER_KIND * (p + 1)].tolist() == [getattr(g.publish, f) for f in LIMIT_FIELDS]
+    assert group_rates(old.groups[0], 1.0)["replication"].limit_messages == math.inf
+    assert group_rates(new.groups[0], 1.0)["replication"].limit_messages == 0.0

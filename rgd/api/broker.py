@@ -68,7 +68,7 @@ def _batch(daemon: "Daemon", asks: list[Ask]) -> list[dict[str, Any]]:
     append = results.append
     for ask in asks:
         namespace = ask.namespace
-        group = resolve(namespace)
+        group = resolve(namespace, ask.topic)
         if group is None:
             append(_UNLIMITED)
         else:
@@ -88,7 +88,7 @@ async def acquire(request: web.Request) -> web.Response:
             return json_response({"results": _batch(daemon, asks)})
         ask = asks[0]
         namespace = ask.namespace
-        group = daemon.config.effective.resolve(namespace)
+        group = daemon.config.effective.resolve(namespace, ask.topic)
         if group is None:
             return json_response(_UNLIMITED)
         limiter = daemon.limiter
@@ -107,7 +107,7 @@ async def usage(request: web.Request) -> web.Response:
     resolve = daemon.config.effective.resolve
     recorded = 0
     for ask in asks:
-        group = resolve(ask.namespace)
+        group = resolve(ask.namespace, ask.topic)
         if group is not None:
             daemon.limiter.record_usage(group, ask.kind, ask.messages, ask.nbytes, ask.namespace, ask.topic)
             recorded += 1
@@ -127,13 +127,12 @@ async def quota(request: web.Request) -> web.Response:
     ns = request.query.get("namespace")
     if not ns or ns.count("/") != 1:
         raise bad_request(f"namespace: query parameter must be 'tenant/namespace', got {ns!r}")
-    group = daemon.config.effective.resolve(ns)
+    group = daemon.config.effective.resolve(ns, request.query.get("topic"))
     if group is None:
         return json_response({"namespace": ns, "group": None, "unlimited": True})
     doc: dict[str, Any] = {"namespace": ns, "group": group.name, "unlimited": False}
     for kind in KINDS:
-        st = daemon.limiter.states.get((group.name, kind))
-        local = st.limit if st is not None else daemon.limiter.initial_limits(group, kind)
+        local = daemon.limiter.limit_in_force(group, kind)
         doc[kind] = {"local": _rate_doc(*local), "cluster": _rate_doc(*full_quota(group, kind))}
     return json_response(doc)
 

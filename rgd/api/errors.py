@@ -1,4 +1,9 @@
-"""Every error the API returns is JSON `{"error": "..."}` naming what is wrong.
+"""Every error the API returns is JSON `{"reason": "...", "error": "..."}` naming what is wrong.
+
+`reason` is the field of Pulsar's own error body (`ErrorData`), the one the Java
+admin client and pulsar-admin show the user; where Pulsar has a fixed text for
+the same failure ("ResourceGroup is in use") `reason` is that text, and `error`
+carries rgd's more specific message. Elsewhere both say the same.
 
 Two pieces instead of an aiohttp middleware: `json_errors`, a decorator on each
 route handler, and `no_route`, a catch-all route registered last for 404/405. A
@@ -19,10 +24,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.reason = reason or message
 
 
 def bad_request(message: str) -> ApiError:
@@ -35,8 +41,13 @@ def json_response(doc: object, status: int = 200, headers: dict[str, str] | None
     )
 
 
-def error_response(status: int, message: str) -> web.Response:
-    return json_response({"error": message}, status)
+def error_body(message: str, reason: str | None = None) -> dict[str, str]:
+    return {"reason": reason or message, "error": message}
+
+
+def error_response(status: int, message: str, reason: str | None = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    return json_response(error_body(message, reason), status, headers)
 
 
 def http_error_response(exc: web.HTTPException) -> web.Response:
@@ -53,7 +64,7 @@ def http_error_response(exc: web.HTTPException) -> web.Response:
 def as_json_error(request: web.Request, exc: Exception) -> web.Response:
     """The JSON answer for an `ApiError` or an aiohttp HTTP error (re-raised below 400)."""
     if isinstance(exc, ApiError):
-        return error_response(exc.status, exc.message)
+        return error_response(exc.status, exc.message, exc.reason)
     if isinstance(exc, web.HTTPException) and exc.status >= 400:
         return http_error_response(exc)
     raise exc
@@ -88,11 +99,17 @@ async def no_route(request: web.Request) -> web.Response:
             _, methods = await resource.resolve(request)
             allowed |= methods
     if allowed:
-        return json_response({"error": f"method {request.method} not allowed on {request.path}"}, 405,
-                             {"Allow": ",".join(sorted(allowed))})
+        return error_response(405, f"method {request.method} not allowed on {request.path}",
+                              headers={"Allow": ",".join(sorted(allowed))})
     return error_response(404, f"no route for {request.method} {request.path}")
 
 
 def add_fallback_route(app: web.Application) -> None:
     """Register last: the catch-all must not shadow a real route."""
     app.router.add_route("*", NO_ROUTE_PATH, no_route, name=NO_ROUTE)
+
+
+__all__ = [
+    "NO_ROUTE", "NO_ROUTE_PATH", "ApiError", "add_fallback_route", "as_json_error", "bad_request",
+    "error_body", "error_response", "http_error_response", "json_errors", "json_response", "no_route",
+]

@@ -107,7 +107,7 @@ def parse_ask(doc: Any, where: str = "") -> Ask:
         raise bad_request(f"{where}namespace: expected 'tenant/namespace', got {ns!r}"[:300])
     kind = doc.get("kind", "publish")
     if kind not in KINDS:
-        raise bad_request(f"{where}kind: expected 'publish' or 'dispatch', got {kind!r}"[:300])
+        raise bad_request(f"{where}kind: expected one of {', '.join(KINDS)}, got {kind!r}"[:300])
     topic = doc.get("topic")
     if topic is not None and (type(topic) is not str or len(topic) > MAX_TOPIC):
         raise bad_request(f"{where}topic: expected a topic name string")

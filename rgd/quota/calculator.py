@@ -5,9 +5,9 @@
 compute if it saw exactly that map). Both are pure: no I/O, no clock, no state;
 ids are iterated sorted so the same inputs always give the same floats.
 
-Each kind's messages and bytes are allocated by a scalar strategy from
-STRATEGIES: jointly in dominant shares for `rgd` when both are limited (`_joint`),
-each on its own otherwise. A group rate of -1 is unlimited
+Each kind's (publish/dispatch/replication) messages and bytes are allocated by a
+scalar strategy from STRATEGIES: jointly in dominant shares for `rgd` when both
+are limited (`_joint`), each on its own otherwise. A group rate of -1 is unlimited
 (math.inf out).
 
 Why `previous` (strategy `rgd`): a daemon sees its own newest report before its

@@ -1,7 +1,7 @@
 """What a scalar strategy sees for one dimension (e.g. publish messages/s) of one group.
 
-The calculator splits each group into four independent dimensions (publish and
-dispatch, messages and bytes) and hands every strategy the same small record
+The calculator splits each group into independent dimensions (each kind:
+publish, dispatch, replication; messages and bytes) and hands every strategy the same small record
 per daemon, so a strategy is a plain function of numbers and can be tested
 without building usage maps. `QuotaParams` holds the knobs of the `rgd`
 strategy; the baselines ignore them on purpose (they reproduce other systems).

@@ -17,7 +17,7 @@ INF = math.inf
 
 @dataclass(frozen=True, slots=True)
 class KindRates:
-    """One kind (publish or dispatch) of one group on one daemon, per second, as last reported."""
+    """One kind (publish, dispatch, replication) of one group on one daemon, per second, as last reported."""
 
     admitted_messages: float = 0.0
     admitted_bytes: float = 0.0
@@ -46,18 +46,22 @@ IDLE = KindRates()
 
 @dataclass(frozen=True, slots=True)
 class PeerUsage:
-    """One daemon's last report for one group."""
+    """One daemon's last report for one group: one KindRates per kind (rgd.groups.KINDS).
+
+    `replication` comes after `reports` so that positional construction of the first
+    three fields keeps its meaning."""
 
     publish: KindRates = IDLE
     dispatch: KindRates = IDLE
     reports: int = 1  # how many reports for this group folded from this daemon (history)
+    replication: KindRates = IDLE
 
     def kind(self, kind: str) -> KindRates:
-        return self.publish if kind == "publish" else self.dispatch
+        return getattr(self, kind)
 
     @property
     def idle(self) -> bool:
-        return self.publish.idle and self.dispatch.idle
+        return self.publish.idle and self.dispatch.idle and self.replication.idle
 
 
 def min_kind(a: KindRates, b: KindRates) -> KindRates:

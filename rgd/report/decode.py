@@ -127,6 +127,7 @@ KINDS: tuple[str, ...] = kind_fields(GroupUsage.DESCRIPTOR, KindUsage.DESCRIPTOR
 KIND_SLOTS = kind_slots(GroupUsage.DESCRIPTOR, KINDS)
 COUNT_FIELDS = ("admitted_messages", "admitted_bytes", "throttled_messages", "throttled_bytes")  # varints
 LIMIT_FIELDS = ("limit_messages", "limit_bytes", "quota_messages", "quota_bytes")  # doubles (-1: unlimited)
+UNLIMITED_BITS = int(np.array(-1.0).view(np.int64))  # a limit of -1.0 as the int64 bits lims holds
 PER_KIND = len(COUNT_FIELDS)
 KindFields = namedtuple("KindFields", COUNT_FIELDS + LIMIT_FIELDS)
 KIND_FIELDS = field_numbers(KindFields, KindUsage.DESCRIPTOR,
@@ -453,7 +454,10 @@ def decode_kind(buf, p, end, K, counts, lims, row, base):  # pragma: no cover - 
 @njit(cache=True, nogil=True)
 def decode_group(buf, p, end, G, slots, K, gmeta, counts, lims, row):  # pragma: no cover - compiled
     """GroupUsage (field numbers G; `slots`: field number -> kind index) in buf[p:end] into group row
-    `row`; False when malformed."""
+    `row`; False when malformed. The row's limits start as unlimited (the bits of -1.0): a kind the
+    report does not carry (written before that kind existed) is unlimited, as the daemons fold it; a
+    kind it carries starts from protobuf's defaults (0.0) like the library's message."""
+    seen = 0
     while p < end:
         tag, p = read_varint(buf, p, end)
         if p < 0:
@@ -469,8 +473,13 @@ def decode_group(buf, p, end, G, slots, K, gmeta, counts, lims, row):  # pragma:
                 gmeta[row, G_NOFF] = q
                 gmeta[row, G_NLEN] = ln
                 gmeta[row, G_HASH] = fnv1a(buf, q, ln)
-            elif not decode_kind(buf, q, q + ln, K, counts, lims, row, PER_KIND * slot):
-                return False
+            else:
+                if not (seen >> slot) & 1:
+                    seen |= 1 << slot
+                    for c in range(PER_KIND):
+                        lims[row, PER_KIND * slot + c] = 0
+                if not decode_kind(buf, q, q + ln, K, counts, lims, row, PER_KIND * slot):
+                    return False
             p = q + ln
         else:
             p = skip_field(buf, p, end, wt)
@@ -542,7 +551,7 @@ def decode_reports(buf, pay_off, pay_len, gcap, RF, G, slots, K, ncols):  # prag
                     gmeta[ng, G_NLEN] = 0
                     for c in range(ncols):
                         counts[ng, c] = 0
-                        lims[ng, c] = 0
+                        lims[ng, c] = UNLIMITED_BITS
                     if not decode_group(buf, q, q + ln, G, slots, K, gmeta, counts, lims, ng):
                         ok = False
                         break

@@ -27,18 +27,20 @@ class KindUsage(_message.Message):
     def __init__(self, admitted_messages: _Optional[int] = ..., admitted_bytes: _Optional[int] = ..., throttled_messages: _Optional[int] = ..., throttled_bytes: _Optional[int] = ..., limit_messages: _Optional[float] = ..., limit_bytes: _Optional[float] = ..., quota_messages: _Optional[float] = ..., quota_bytes: _Optional[float] = ...) -> None: ...
 
 class GroupUsage(_message.Message):
-    __slots__ = ("group", "namespaces", "topics", "publish", "dispatch")
+    __slots__ = ("group", "namespaces", "topics", "publish", "dispatch", "replication")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     NAMESPACES_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     namespaces: _containers.RepeatedScalarFieldContainer[str]
     topics: int
     publish: KindUsage
     dispatch: KindUsage
-    def __init__(self, group: _Optional[str] = ..., namespaces: _Optional[_Iterable[str]] = ..., topics: _Optional[int] = ..., publish: _Optional[_Union[KindUsage, _Mapping]] = ..., dispatch: _Optional[_Union[KindUsage, _Mapping]] = ...) -> None: ...
+    replication: KindUsage
+    def __init__(self, group: _Optional[str] = ..., namespaces: _Optional[_Iterable[str]] = ..., topics: _Optional[int] = ..., publish: _Optional[_Union[KindUsage, _Mapping]] = ..., dispatch: _Optional[_Union[KindUsage, _Mapping]] = ..., replication: _Optional[_Union[KindUsage, _Mapping]] = ...) -> None: ...
 
 class UsageReport(_message.Message):
     __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement")

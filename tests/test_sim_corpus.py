@@ -1,0 +1,142 @@
+"""A fixed corpus of fuzzed scenarios plus every built-in, judged by the independent oracle.
+
+The floors asserted here are what the `rgd` strategy measured on this corpus when the
+fuzzer was written (sim/README.md, "Guarantees"), not the issue's targets where it falls
+short of them; each assertion names the target beside the floor. Tighten them when the
+algorithm improves; a regression below them fails here.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+
+from sim.engine import RunResult, run
+from sim.fuzz import CaseResult, draw_scenario, judge_case, run_case
+from sim.metrics import evaluate
+from sim.scenario import builtin_names, load
+from tests.lexmaxmin_lp import lexicographic_max_min
+
+SEED = 1
+CORPUS = tuple(range(30))  # cases 0..29 of fuzz seed 1
+STRATEGIES = ("rgd", "pulsar", "doorman-proportional", "doorman-fair", "static")
+# Cases where a group with traffic is deleted: every strategy's run raises (see the xfail below);
+# the floors are over the runs that complete.
+RAISES = {3, 11, 22}
+
+
+@functools.lru_cache(maxsize=None)
+def corpus() -> dict[str, list[CaseResult]]:
+    out: dict[str, list[CaseResult]] = {s: [] for s in STRATEGIES}
+    for i in CORPUS:
+        for c in run_case((SEED, i, STRATEGIES)):
+            out[c.strategy].append(c)
+    return out
+
+
+def _completed(strategy: str) -> list[CaseResult]:
+    return [c for c in corpus()[strategy] if not c.error]
+
+
+def _strict(cs: list[CaseResult]) -> list[float]:
+    return [math.inf if t is None else t for c in cs if c.strict_convergence for t in c.converge]
+
+
+def test_corpus_is_what_it_was() -> None:
+    # The corpus is a pure function of (seed, index): the same scenarios on every machine.
+    assert draw_scenario(SEED, 0) == draw_scenario(SEED, 0)
+    assert draw_scenario(SEED, 0).name == "fuzz-1-0000"
+    assert {i for i in CORPUS if corpus()["rgd"][i].error} <= RAISES  # nothing new raises
+
+
+def test_rgd_floors_on_the_corpus() -> None:
+    cs = _completed("rgd")
+    assert len(cs) >= len(CORPUS) - len(RAISES)
+    utils = [u for c in cs for u in c.utilization]
+    jains = [j for c in cs for j in c.jain]
+    strict = _strict(cs)
+    within3 = sum(1 for t in strict if t <= 3) / len(strict)
+    within5 = sum(1 for t in strict if t <= 5) / len(strict)
+    calm = sum(1 for c in cs if c.overshoot_pct <= 10.0) / len(cs)
+    util_ok = sum(1 for u in utils if u >= 0.95) / len(utils)
+    figures = f"util min {min(utils):.3f} ({util_ok:.4f} of windows >= 0.95), Jain min {min(jains):.4f}, <=3 {within3:.3f}, <=5 {within5:.3f}, " \
+              f"no tick over 10 % in {calm:.3f} of scenarios"
+    assert min(jains) >= 0.99, figures  # the target, met
+    assert min(utils) >= 0.89, figures  # target 0.95 in every window: measured min 0.897 ...
+    assert util_ok >= 0.99, figures  # ... 468 of 470 windows at >= 0.95
+    assert within3 >= 0.94, figures  # target 0.95 of changes: measured 0.948
+    assert within5 >= 0.97, figures  # target: all of them; measured 0.979 (5 of 233 over)
+    assert calm >= 0.70, figures  # target: every scenario; measured 19 of 27 (0.704)
+
+
+def test_no_other_strategy_converges_better_on_the_corpus() -> None:
+    def key(strategy: str) -> tuple[float, float]:
+        strict = _strict(_completed(strategy))
+        return sum(1 for t in strict if t <= 3) / len(strict), -max(strict)
+
+    for other in STRATEGIES[1:]:
+        assert key(other) <= key("rgd"), (other, key(other), key("rgd"))
+
+
+@pytest.mark.xfail(strict=True, reason="rgd/cluster_node.py: deleting a group that still has a suppression "
+                                       "entry raises KeyError in ClusterNode._include (fuzz seed 1 cases 3, 11, 22)")
+def test_every_corpus_run_completes() -> None:
+    assert not [c.scenario for c in corpus()["rgd"] if c.error]
+
+
+# -- built-ins, judged the same way ---------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def builtin(name: str, strategy: str) -> RunResult:
+    return run(load(name), strategy)
+
+
+def test_no_other_strategy_beats_rgd_on_worst_overshoot_of_the_builtins() -> None:
+    worst = {s: max(evaluate(builtin(n, s)).overshoot_pct for n in builtin_names()) for s in STRATEGIES}
+    assert all(worst["rgd"] <= w for w in worst.values()), worst
+
+
+# -- the oracle against the LP on every allocation problem of the corpus ------------------------------
+
+
+def _problems() -> list[tuple[tuple[float, ...], tuple[float, ...], float, float]]:
+    """Each change's first judged tick, per dimension: the problems the judge actually solves."""
+    seen = set()
+    runs = [builtin(n, "rgd") for n in builtin_names()]
+    runs += [run(draw_scenario(SEED, i), "rgd") for i in CORPUS if not corpus()["rgd"][i].error]
+    for r in runs:
+        for series in r.dims.values():
+            for ch in r.changes:
+                t = series[ch.observable] if ch.observable < len(series) else None
+                if t is None:
+                    continue
+                ids = sorted(t.offered)
+                sizes = tuple(t.message_bytes.get(i, 1.0) for i in ids) if t.bytes_quota >= 0 else (1.0,) * len(ids)
+                seen.add((tuple(t.offered[i] for i in ids), sizes, t.quota, t.bytes_quota))
+    return sorted(seen)
+
+
+def test_oracle_matches_the_lp_on_the_corpus() -> None:
+    from sim.oracle import dominant_fair
+
+    problems = _problems()
+    assert len(problems) > 100
+    for demands, sizes, m, b in problems:
+        got = dominant_fair(demands, sizes, m, b).shares
+        want = lexicographic_max_min(demands, sizes, m, b)
+        scale = max(demands, default=1.0)
+        for g, w in zip(got, want):
+            assert g == pytest.approx(w, rel=1e-5, abs=1e-6 * scale), (demands, sizes, m, b, got, want)
+
+
+def test_replayed_failing_case_gives_the_same_figures(tmp_path) -> None:
+    from sim.fuzz import write_failure
+
+    original = corpus()["rgd"][0]
+    path = write_failure(tmp_path, SEED, 0, {"rgd": ["overshoot"]})
+    sc = load(str(path))
+    replayed = judge_case(sc, evaluate(run(sc, "rgd")), 0.0)
+    assert replayed == CaseResult(**{**original.__dict__, "seconds": 0.0})
