@@ -98,6 +98,9 @@ class TickReport:
     sent: list[str]
     suppressed: int
     local_rates: dict[tuple[str, str], tuple[float, float]]  # this tick's admitted msgs/s, bytes/s
+    # Groups left out of `report` because reported early this tick, restated with their current
+    # demand (a second chance for peers that lost the early report); None if there are none.
+    restated: UsageReport | None = None
 
 
 @dataclass(frozen=True)
@@ -154,9 +157,11 @@ class ClusterNode:
         self._snapshots: deque[tuple[float, dict[tuple[str, str], tuple[int, int, int, int]]]] = deque()
         self._early_at: dict[str, float] = {}
         self._early_this_tick: set[str] = set()
+        self._last_figures: dict[str, tuple[float, ...]] = {}  # per group, as last sent (tick or early)
         self._early_mentions = 0  # group entries in early reports since the last tick
         self._born: dict[tuple[str, str], float] = {}  # when react first saw each (group, kind)
         self._window_figures: dict[str, tuple[float, ...]] = {}  # the last react's demand, per tick
+        self._window_entries: dict[str, tuple[float, GroupUsage]] = {}  # ... and its entry (window length)
         self.early_reports_sent = 0
         # Outage state; `heard_since`: when we started hearing the topic (None: not hearing).
         self.hearing = hearing
@@ -274,41 +279,41 @@ class ClusterNode:
         tick_s = self.config.tick_seconds
         self._entries = group_entries(self.limiter.collect(), self.limiter.states, self.groups())
         rates = {(n, k): local_rates(gu, k, tick_s) for n, gu in self._entries.items() for k in KINDS}
-        state = self.suppression_state
-        last_before = dict(state.last_sent)
-        skipped_before = dict(state.skipped)
+        state = self.suppression_state  # tick reports only: early reports keep their own
         send, suppressed = select_reports(
             self.config.suppression, state, {n: figures(gu) for n, gu in self._entries.items()}
         )
-        # A group reported early this tick whose demand still reads as reported: its tick
-        # counts average the old demand and the new one, and would set peers (and our own
-        # view) back to a demand that no longer holds. Peers keep the early report's figures.
+        # A group reported early this tick whose demand still reads as reported early: its tick
+        # counts average the old demand and the new one, and would set peers (and our own view)
+        # back to a demand that no longer holds. It is restated with its current (window)
+        # demand instead, in a restatement beside the tick report: a second chance for peers
+        # that lost the early report, as the tick report used to be.
         tolerance = self.config.suppression.tolerance
-        # It counts as a skip: peers take K + 1 reports in a row without a group as
-        # evidence that it went idle (rgd/map_keeper.py), so the refresh rule still holds.
-        current = [n for n in send if n in self._early_this_tick and n in self._window_figures
-                   and any(self._window_figures[n]) and n in last_before
-                   and skipped_before.get(n, 0) < self.config.suppression.max_skipped_ticks
-                   and not moved(last_before[n], self._window_figures[n], tolerance)]
+        restate = [n for n in send if n in self._early_this_tick and n in self._window_entries
+                   and n in self._last_figures and any(self._window_figures[n])
+                   and not moved(self._last_figures[n], self._window_figures[n], tolerance)]
         # A group whose bucket appeared within this tick: its counts cover part of the tick, so
-        # the tick report would understate its demand; the early report (measured since the
-        # group exists) says it instead.
+        # the tick report would understate its demand; its early report (measured once the
+        # window covers it) says it instead.
+        young: list[str] = []
         if self.config.early_reports:
-            young = {g for (g, _), born in self._born.items() if now - born < tick_s - 1e-9}
-            current += [n for n in send if n in young and n not in current]
-        for name in current:
+            born = {g for (g, _), at in self._born.items() if now - at < tick_s - 1e-9}
+            young = [n for n in send if n in born and n not in restate]
+        for name in restate:
+            send.remove(name)
+            state.last_sent[name] = self._window_figures[name]
+        for name in young:
             send.remove(name)
             suppressed.append(name)
-            if name in last_before:
-                state.last_sent[name] = last_before[name]
-                state.skipped[name] = skipped_before.get(name, 0) + 1
-            else:  # never reported: nothing for peers to count as skipped
-                state.last_sent.pop(name, None)
-                state.skipped.pop(name, None)
+            state.last_sent.pop(name, None)
+            state.skipped.pop(name, None)
+        for name in send:
+            self._last_figures[name] = state.last_sent[name]
         self._early_this_tick = set()
         self._early_mentions = 0
         report = self._new_report(now)
         self._include(report, list(send), now)
+        restated = self._restate(restate, now)
         self._sent_this_tick = set(send)
         self.ticks += 1
         self.limiter.recompute_at = now + tick_s
@@ -317,7 +322,28 @@ class ClusterNode:
             self.history.forget(name)
         for key in [k for k in self._born if k not in self.limiter.states]:
             del self._born[key]
-        return TickReport(report, sorted(send), len(suppressed), rates)
+        return TickReport(report, sorted(send), len(suppressed), rates, restated)
+
+    def _restate(self, names: list[str], now: float) -> UsageReport | None:
+        """The current demand of groups reported early this tick, again (restatement): the
+        tick report leaves them out, and a peer that lost the early report would otherwise
+        hold their old demand until the periodic refresh."""
+        if not names:
+            return None
+        report = self._new_report(now)
+        report.restatement = True
+        span = min(self._window_entries[n][0] for n in names)
+        report.tick_ms = max(1, int(round(span * 1000)))
+        for name in sorted(names):
+            window, gu = self._window_entries[name]
+            if abs(window - span) > 1e-9:
+                continue
+            report.groups.append(gu)
+            usage = peer_usage(gu, span)
+            self.usage_map.set_local(self.node_id, name, usage, now)
+            self.history.add(name, now, usage)
+        self.usage_map.touch_self(self.node_id, self.incarnation, self.sequence, now, report.publish_time_ms)
+        return report if report.groups else None
 
     def receive(self, data: bytes, properties: Mapping[str, str] | None, now: float) -> Receipt:
         """Vet one message from the topic and fold it."""
@@ -409,10 +435,10 @@ class ClusterNode:
         measured = {g for g, _ in counts}
         entries = {n: gu for n, gu in group_entries(collected, self.limiter.states, self.groups()).items()
                    if n in measured}
-        state = self.suppression_state
         send: list[str] = []
         scale = tick_s / span
         self._window_figures = {}
+        self._window_entries = {}
         # Budget, pooled over groups: early entries per tick at most the number of groups we
         # serve (at least EARLY_BUDGET_MIN), so report bytes per second stay within twice an
         # unsuppressed tick report's whatever the load; a few busy groups may use the share of
@@ -421,9 +447,10 @@ class ClusterNode:
         for name, gu in entries.items():
             now_figures = tuple(x * scale for x in figures(gu))
             self._window_figures[name] = now_figures
+            self._window_entries[name] = (span, gu)
             if now - self._early_at.get(name, -1e18) < gap:
                 continue
-            last = state.last_sent.get(name)
+            last = self._last_figures.get(name)
             idle = not any(now_figures)
             if last is None:
                 changed = not idle
@@ -431,8 +458,7 @@ class ClusterNode:
                 changed = (idle and any(last)) or moved(last, now_figures, self.config.suppression.tolerance)
             if changed and len(send) < budget:
                 send.append(name)
-                state.last_sent[name] = now_figures
-                state.skipped[name] = 0
+                self._last_figures[name] = now_figures
                 self._early_at[name] = now
         if not send:
             return None

@@ -399,6 +399,8 @@ class Daemon:
         self.metrics.groups_suppressed.inc(out.suppressed)
         if connected:
             await self._publish_logged(out.report)
+            if out.restated is not None:
+                await self._publish_logged(out.restated)
         # read
         newcomers = self._drain_inbox(now)
         for _ in self.node.upkeep(now):

@@ -115,6 +115,8 @@ class SimNode:
         self.stats.groups_sent += len(out.sent)
         self.stats.groups_suppressed += out.suppressed
         self._publish(out.report, now)
+        if out.restated is not None:
+            self._publish(out.restated, now)
         newcomers = self._read(now)
         self.node.upkeep(now)
         if newcomers:
