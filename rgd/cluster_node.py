@@ -167,6 +167,7 @@ class ClusterNode:
         self.hearing = hearing
         self.heard_since: float | None = clock() if hearing else None
         self._settled = False
+        self._had_peers = False  # some peer has reported since we started
         self.deaf_since: float | None = None
         self.members_at_deafness = 1
 
@@ -203,8 +204,10 @@ class ClusterNode:
             n = max(1, self.members_at_deafness)
             return {k: (rate_of(group.rates(k)[0]) / n, rate_of(group.rates(k)[1]) / n) for k in KINDS}
         settled = self.settled(now)
-        if settled and self.hearing and members == {self.node_id}:
-            # We listened a full tick and nobody reported: no peer can overshoot with us.
+        if settled and self.hearing and not self._had_peers and members == {self.node_id}:
+            # We listened a full tick and nobody has ever reported: no peer can overshoot with
+            # us. (Once we had peers, silence may be loss: an evicted peer may still be busy,
+            # so we compute as usual, from our own demand.)
             return {k: (rate_of(group.rates(k)[0]), rate_of(group.rates(k)[1])) for k in KINDS}
         usage = self.usage_map.group_usage(group.name)
         previous = self.history.as_seen(group.name, now, self.fold_window())
@@ -360,6 +363,7 @@ class ClusterNode:
             self.delay.forget(report.daemon_id)
             self.all_dirty = True
         else:
+            self._had_peers = True
             self.delay.observe(report.daemon_id, report.publish_time_ms, self.wall_ms(now))
             if new:
                 self.all_dirty = True

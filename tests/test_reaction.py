@@ -145,3 +145,17 @@ def test_early_entries_per_tick_are_budgeted_over_all_groups() -> None:
     clock.t += 0.1
     r = n.early_report(clock.t)
     assert r is not None and len(r.groups) == 20
+
+
+def test_a_daemon_whose_peers_went_silent_does_not_take_the_whole_quota() -> None:
+    # Silence after peers were heard may be report loss: the evicted peer may still be busy.
+    clock = Clock()
+    n = node(clock)
+    clock.t += 1.0
+    n.receive(heartbeat("b", 1, clock.t), None, clock.t)
+    clock.t += 10.0
+    n.upkeep(clock.t)  # b evicted after the TTL
+    assert n.members() == {"a"}
+    n.history.add("g", clock.t - 5, demand(50))
+    n.usage_map.set_local("a", "g", demand(50), clock.t)
+    assert n.limits_for(G)["publish"][0] < 300  # its demand plus headroom, not the quota
