@@ -66,8 +66,9 @@ class NodeConfig:
     outage_grace: float = 10.0
     react_seconds: float = 0.1  # how often react() runs (early reports, recompute of what changed)
     early_reports: bool = True  # publish a group's report as soon as its demand moves (not only on the tick)
-    early_gap_ticks: float = 0.25  # at most one early report per group per this many ticks; and per
-    # tick at most max(8, groups) early entries: report bytes/s <= 2 x an unsuppressed tick report's
+    # At most one early report per group per early_gap_ticks, and per tick at most max(8, groups)
+    # early entries (and as many restated at the tick): report bytes/s <= 3 unsuppressed tick reports'.
+    early_gap_ticks: float = 0.25
     start_seconds: float | None = None  # a new group's bucket starts with this much of its limit (None: full)
 
     @property
@@ -288,30 +289,21 @@ class ClusterNode:
         )
         # A group reported early this tick whose demand still reads as reported early: its tick
         # counts average the old demand and the new one, and would set peers (and our own view)
-        # back to a demand that no longer holds. It is restated with its current (window)
-        # demand instead, in a restatement beside the tick report: a second chance for peers
-        # that lost the early report, as the tick report used to be.
+        # back to a demand that no longer holds. The tick report still carries them (they are
+        # the usage logs' accounting), and a restatement right after it says the current
+        # (window) demand again: peers fold it last, and it is a second chance for peers that
+        # lost the early report. A group whose bucket appeared within this tick (its counts
+        # cover part of the tick) is restated too once the window measures it.
         tolerance = self.config.suppression.tolerance
-        restate = [n for n in send if n in self._early_this_tick and n in self._window_entries
-                   and n in self._last_figures and any(self._window_figures[n])
-                   and not moved(self._last_figures[n], self._window_figures[n], tolerance)]
-        # A group whose bucket appeared within this tick: its counts cover part of the tick, so
-        # the tick report would understate its demand; its early report (measured once the
-        # window covers it) says it instead.
-        young: list[str] = []
-        if self.config.early_reports:
-            born = {g for (g, _), at in self._born.items() if now - at < tick_s - 1e-9}
-            young = [n for n in send if n in born and n not in restate]
-        for name in restate:
-            send.remove(name)
-            state.last_sent[name] = self._window_figures[name]
-        for name in young:
-            send.remove(name)
-            suppressed.append(name)
-            state.last_sent.pop(name, None)
-            state.skipped.pop(name, None)
+        born = {g for (g, _), at in self._born.items() if now - at < tick_s - 1e-9}
+        restate = [n for n in send if n in self._window_entries and any(self._window_figures[n])
+                   and ((n in self._early_this_tick and n in self._last_figures
+                         and not moved(self._last_figures[n], self._window_figures[n], tolerance))
+                        or n in born)] if self.config.early_reports else []
         for name in send:
             self._last_figures[name] = state.last_sent[name]
+        for name in restate:
+            self._last_figures[name] = self._window_figures[name]
         self._early_this_tick = set()
         self._early_mentions = 0
         report = self._new_report(now)
@@ -444,9 +436,9 @@ class ClusterNode:
         self._window_figures = {}
         self._window_entries = {}
         # Budget, pooled over groups: early entries per tick at most the number of groups we
-        # serve (at least EARLY_BUDGET_MIN), so report bytes per second stay within twice an
-        # unsuppressed tick report's whatever the load; a few busy groups may use the share of
-        # the many quiet ones.
+        # serve (at least EARLY_BUDGET_MIN); with the tick report and the tick's restatement
+        # of early-reported groups, report bytes per second stay within three unsuppressed tick
+        # reports' whatever the load; a few busy groups may use the share of the many quiet ones.
         budget = max(EARLY_BUDGET_MIN, len({g for g, _ in self.limiter.states})) - self._early_mentions
         for name, gu in entries.items():
             now_figures = tuple(x * scale for x in figures(gu))

@@ -443,6 +443,9 @@ class Daemon:
                 self.metrics.reports_rejected.labels(receipt.reason).inc()
                 continue
             self.metrics.reports_received.inc()
+            if self.pulsar_metrics is not None:
+                assert receipt.report is not None
+                self.pulsar_metrics.on_report(receipt.report)
             if receipt.lost:
                 self.metrics.reports_lost.inc(receipt.lost)
             assert receipt.report is not None

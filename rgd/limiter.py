@@ -116,6 +116,7 @@ class Limiter:
         self.initial_limits = initial_limits
         self.states: dict[tuple[str, str], KindState] = {}
         self.recompute_at = INF  # when limits are next recomputed (caps Retry-After); INF: unknown
+        self.limit_changes = 0  # set_limit calls that changed a limit (limits move between ticks too)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -140,6 +141,8 @@ class Limiter:
         """Apply a new local limit (INF = unlimited) without losing bucket state."""
         now = self.clock()
         st = self.state(group, kind, now)
+        if st.messages.rate != messages or st.bytes.rate != nbytes:
+            self.limit_changes += 1
         st.messages.set_rate(messages, now)
         st.bytes.set_rate(nbytes, now)
 

@@ -62,12 +62,16 @@ def fair_shares(quota: float, demands: list[float]) -> list[float]:
     return [min(d, lo) for d in demands]
 
 
+def _bins() -> dict[int, int]:
+    return defaultdict(int)
+
+
 @dataclass
 class Counts:
     """Admitted and offered messages per (daemon, group) per 50 ms bin since t0."""
 
-    admitted: dict[tuple[str, str], dict[int, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
-    offered: dict[tuple[str, str], dict[int, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    admitted: dict[tuple[str, str], dict[int, int]] = field(default_factory=lambda: defaultdict(_bins))
+    offered: dict[tuple[str, str], dict[int, int]] = field(default_factory=lambda: defaultdict(_bins))
     first_ask: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def admitted_in(self, key: tuple[str, str], start: float, end: float) -> int:

@@ -138,7 +138,7 @@ def test_previous_is_what_keeps_a_surge_under_the_quota(monkeypatch: pytest.Monk
     delayed = replace(load("surge"), delay=1.0)
     assert evaluate(run(delayed, "rgd")).overshoot_pct > 20.0
     monkeypatch.undo()
-    assert evaluate(run(delayed, "rgd")).overshoot_pct <= 2.0
+    assert evaluate(run(delayed, "rgd")).overshoot_pct <= 5.0
 
 
 def test_coupled_limits_are_allocated_in_the_binding_dimension() -> None:
