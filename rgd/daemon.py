@@ -3,7 +3,8 @@
 The cluster logic (collect -> report -> read -> compute) is `ClusterNode`'s,
 without I/O, shared with the simulator; this module is its edges: publishing
 and signing reports, receiving them into an inbox drained once per tick, the
-usage log, metrics, config from the file and the config topic. Each concern is
+usage log, metrics, config from the file and the config topic. Reports are
+folded as they arrive (every react interval, a twentieth of a tick), not only on the tick. Each concern is
 a small asyncio task; `stop()` publishes the `leaving` report, cancels the
 tasks in reverse order and releases the broker it started.
 """
@@ -24,7 +25,7 @@ from rgd.api.app import build_app
 from rgd.config_file import ConfigDocument, ConfigError, load_config
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
-from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig
+from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
 from rgd.groups import KINDS, ResourceGroup
 from rgd.http_sites import bound_tcp_port, remove_unix_socket, start_sites
 from rgd.limiter import Limiter
@@ -42,7 +43,8 @@ from rgd.wire.usage_report_pb2 import UsageReport
 
 log = logging.getLogger("rgd.daemon")
 
-MAX_INBOX = 10_000  # reports waiting for the next tick; beyond this the oldest are dropped
+MAX_INBOX = 10_000  # reports waiting to be folded; beyond this the oldest are dropped
+REACTS_PER_TICK = 20  # between ticks: fold, early reports, recompute what changed, this often
 
 
 class Daemon:
@@ -61,10 +63,12 @@ class Daemon:
                 QuotaParams(burst_seconds=settings.burst),
                 SuppressionPolicy(settings.report_tolerance, settings.report_every),
                 settings.ttl_ticks, True, settings.burst, settings.max_debt, settings.outage_grace,
+                react_seconds=settings.tick / REACTS_PER_TICK, start_seconds=start_seconds_for(settings.strategy),
             ),
             self.incarnation, self.clock, lambda _now: int(time.time() * 1000),
             lambda: self.config.effective.groups,
             HmacKeys.load(settings.report_hmac_keys_file) if settings.report_hmac_keys_file else None,
+            hearing=False,  # until the session is open: a tick of listening starts then
         )
         self.limiter: Limiter = self.node.limiter  # the node's, for good: a plain attribute for the hot path
         self.admin_tokens = _load_tokens(settings.admin_tokens_file)
@@ -125,6 +129,7 @@ class Daemon:
         self._tasks = [
             asyncio.create_task(self._supervise_pulsar(), name="pulsar"),
             asyncio.create_task(self._tick_loop(), name="tick"),
+            asyncio.create_task(self._react_loop(), name="react"),
         ]
         if self.config_doc is not None:
             self._tasks.append(asyncio.create_task(self._watch_config_file(), name="config-watch"))
@@ -197,9 +202,9 @@ class Daemon:
             "safe_share": self.node.safe_share_active(),
             "config_file": self.config_doc.path if self.config_doc else None,
         }
-        # Ready once one full tick has run with the broker up: by then we have heard
-        # our peers, so our limits are a share, not a guess.
-        return connected and self.ticks >= 1, detail
+        # Ready once we have listened to the topic for a full tick with the broker up: by
+        # then we have heard our peers, so our limits are a share, not a guess.
+        return connected and self.ticks >= 1 and self.node.settled(), detail
 
     # -- pulsar ----------------------------------------------------------------------------
 
@@ -220,6 +225,8 @@ class Daemon:
                 continue
             backoff = 0.2
             self.session = session
+            if self.node.set_hearing(True, self.clock()) and self.node.ticks:
+                log.info("broker reachable again; reconverging")
             self.metrics.broker_reconnects.inc()
             self.metrics.broker_connected.set(1)
             await self._flush_changes()
@@ -347,11 +354,42 @@ class Daemon:
                 log.exception("tick failed")
             self.metrics.tick_seconds.observe(time.perf_counter() - started)
 
+    async def _react_loop(self) -> None:
+        interval = self.node.config.react_seconds
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.react()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("react failed")
+
+    async def react(self) -> None:
+        """Between ticks: fold what arrived, publish an early report for groups whose demand
+        moved, recompute what changed (the logic is ClusterNode's)."""
+        now = self.clock()
+        connected = self.connected
+        newcomers = self._drain_inbox(now)
+        if not connected:
+            return
+        if newcomers:
+            announcement = self.node.announcement(now)
+            if announcement is not None:
+                await self._publish_logged(announcement)
+        report = self.node.early_report(now)
+        if report is not None:
+            self.metrics.early_reports.inc()
+            await self._publish_logged(report)
+        started = time.perf_counter()
+        self.node.recompute_changed(self.clock())
+        self.metrics.calc_seconds.observe(time.perf_counter() - started)
+
     async def tick(self) -> None:
         """collect -> report -> read -> compute (the logic is ClusterNode's; this is the I/O)."""
         now = self.clock()
         connected = self.connected
-        if self.node.set_hearing(connected, now):
+        if self.node.set_hearing(connected, now) and self.node.ticks:
             log.info("broker reachable again; reconverging")
         elif not connected and self.node.deaf_since == now:
             log.warning("broker unreachable; keeping the last shares for %.0fs, then quota/%d",
@@ -365,6 +403,8 @@ class Daemon:
         self.metrics.groups_suppressed.inc(out.suppressed)
         if connected:
             await self._publish_logged(out.report)
+            if out.restated is not None:
+                await self._publish_logged(out.restated)
         # read
         newcomers = self._drain_inbox(now)
         for _ in self.node.upkeep(now):
@@ -407,6 +447,9 @@ class Daemon:
                 self.metrics.reports_rejected.labels(receipt.reason).inc()
                 continue
             self.metrics.reports_received.inc()
+            if self.pulsar_metrics is not None:
+                assert receipt.report is not None
+                self.pulsar_metrics.on_report(receipt.report)
             if receipt.lost:
                 self.metrics.reports_lost.inc(receipt.lost)
             assert receipt.report is not None

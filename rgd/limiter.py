@@ -31,6 +31,19 @@ def rate_of(configured: float) -> float:
     return INF if configured < 0 else configured
 
 
+def capped_retry(wait: float, until_recompute: float, short_m: float, short_b: float, quota_m: float,
+                 quota_b: float) -> float:
+    """Retry-After: no later than the next recomputation of the limit (the share may grow
+    then, and a client told to wait for the debt at today's share would come back late),
+    unless even the group's full quota needs longer to pay the shortfall.
+    quota_* < 0 means unlimited (no shortfall there)."""
+    if wait <= until_recompute:
+        return wait
+    at_full = max(short_m / quota_m if quota_m > 0 else (0.0 if short_m <= 0 else INF),
+                  short_b / quota_b if quota_b > 0 else (0.0 if short_b <= 0 else INF))
+    return min(wait, max(until_recompute, at_full))
+
+
 class Decision(NamedTuple):
     allowed: bool
     retry_after_s: float
@@ -123,12 +136,20 @@ class Limiter:
         burst_seconds: float = 1.0,
         max_debt_seconds: float = 10.0,
         initial_limits: InitialLimits = full_quota,
+        start_seconds: float | None = None,
     ) -> None:
         self.clock = clock
         self.burst_seconds = burst_seconds
+        # A new (group, kind) starts with this many seconds of its limit in the bucket
+        # (None: a full bucket). Every daemon that starts a group's bucket full can spend
+        # it on top of its share, so a new group split over the cluster would admit up to
+        # twice its quota in its first second; `start_seconds` bounds that to this fraction.
+        self.start_seconds = start_seconds
         self.max_debt_seconds = max_debt_seconds
         self.initial_limits = initial_limits
         self.states: dict[tuple[str, str], KindState] = {}
+        self.recompute_at = INF  # when limits are next recomputed (caps Retry-After); INF: unknown
+        self.limit_changes = 0  # set_limit calls that changed a limit (limits move between ticks too)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -142,6 +163,10 @@ class Limiter:
                 TokenBucket.new(msgs, now, self.burst_seconds, self.max_debt_seconds),
                 TokenBucket.new(nbytes, now, self.burst_seconds, self.max_debt_seconds),
             )
+            if self.start_seconds is not None:
+                for b in (st.messages, st.bytes):
+                    if b.rate != INF:
+                        b.tokens = min(b.tokens, b.rate * self.start_seconds)
             self.states[key] = st
         return st
 
@@ -149,6 +174,8 @@ class Limiter:
         """Apply a new local limit (INF = unlimited) without losing bucket state."""
         now = self.clock()
         st = self.state(group, kind, now)
+        if st.messages.rate != messages or st.bytes.rate != nbytes:
+            self.limit_changes += 1
         st.messages.set_rate(messages, now)
         st.bytes.set_rate(nbytes, now)
 
@@ -211,7 +238,10 @@ class Limiter:
         st.total_throttled_messages += messages
         st.total_throttled_bytes += nbytes
         st.throttled_events[reason] = st.throttled_events.get(reason, 0) + 1
-        return Decision(False, max(wait_m, wait_b), mb.tokens, bb.tokens, reason)
+        wait = max(wait_m, wait_b)
+        if now + wait > self.recompute_at:
+            wait = capped_retry(wait, max(0.0, self.recompute_at - now), short_m, short_b, *group.rates(kind))
+        return Decision(False, wait, mb.tokens, bb.tokens, reason)
 
     def acquire_batch(self, group: ResourceGroup, kind: str, asks: Sequence[AskLike], now: float,
                       namespaces: Iterable[str] | None = None) -> BatchOutcome:

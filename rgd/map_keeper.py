@@ -55,6 +55,8 @@ class MapKeeper:
             key = (sender, group)
             if group in mentioned:
                 self.streak[key] = 0
+            elif report.restatement:
+                continue  # an early or announcement report names only some groups: no evidence
             elif result.lost or new:
                 self.streak[key] = 0  # a gap: the group may have been in a lost report
             else:

@@ -94,6 +94,9 @@ class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.reports_published = Counter("rgd_reports_published", "Usage reports published", registry=r)
+        self.early_reports = Counter(
+            "rgd_reports_early", "Reports published between ticks because a group's demand moved", registry=r
+        )
         self.groups_suppressed = Counter(
             "rgd_report_groups_suppressed", "Group entries left out of a report by suppression", registry=r
         )

@@ -29,6 +29,7 @@ from rgd.groups import KINDS
 
 if TYPE_CHECKING:
     from rgd.daemon import Daemon
+    from rgd.wire.usage_report_pb2 import UsageReport
 
 # rgd kind -> Pulsar's ResourceGroupMonitoringClass name.
 _PULSAR_NAMES = {"publish": "Publish", "dispatch": "Dispatch", "replication": "ReplicationDispatch"}
@@ -47,7 +48,6 @@ class PulsarMetrics(Collector):
         self.reported: dict[Key, int] = defaultdict(int)
         self.remote_messages: dict[tuple[str, str, str], float] = defaultdict(float)
         self.remote_bytes: dict[tuple[str, str, str], float] = defaultdict(float)
-        self._counted: dict[tuple[str, str], object] = {}  # (group, peer) -> the map entry last counted
         self.aggregate_seconds = Summary(
             "pulsar_resource_group_aggregate_usage_secs",
             "Time required to aggregate usage of all resource groups, in seconds.", registry=registry)
@@ -57,7 +57,7 @@ class PulsarMetrics(Collector):
         registry.register(self)
 
     def on_tick(self, sent_groups: Iterable[str], aggregate_s: float, calculate_s: float) -> None:
-        """After a tick's recompute: add this tick's quotas, reports and peers' usage."""
+        """After a tick's recompute: add this tick's quotas and reports (peers' usage: on_report)."""
         d = self.daemon
         tick_s = d.settings.tick
         self.aggregate_seconds.observe(aggregate_s)
@@ -72,20 +72,19 @@ class PulsarMetrics(Collector):
             for kind in MONITORING_CLASS:
                 if (group, kind) in d.limiter.states:
                     self.reported[(group, kind)] += 1
-        me = d.settings.id
-        counted: dict[tuple[str, str], object] = {}
-        for group, entries in list(d.usage_map.groups.items()):
-            for daemon_id, entry in list(entries.items()):
-                if daemon_id == me:
-                    continue
-                counted[(group, daemon_id)] = entry
-                if self._counted.get((group, daemon_id)) is entry:  # a report is counted once (the map
-                    continue  # keeps it while the peer suppresses, and refreshes it after an outage)
-                for kind in MONITORING_CLASS:
-                    k = entry.usage.kind(kind)
-                    self.remote_messages[(group, kind, daemon_id)] += k.admitted_messages * tick_s
-                    self.remote_bytes[(group, kind, daemon_id)] += k.admitted_bytes * tick_s
-        self._counted = counted
+
+    def on_report(self, report: "UsageReport") -> None:
+        """A peer's report folded: its counts are its usage since its previous report. Counted
+        at receipt, from the report (exact), not from the usage map: peers report between ticks
+        too (a demand shift), so an entry may be replaced before our tick sees it. Restatements
+        repeat counts already reported (or not yet: early reports), and are not added."""
+        if report.restatement or report.leaving:
+            return
+        for g in report.groups:
+            for kind in MONITORING_CLASS:
+                k = getattr(g, kind)
+                self.remote_messages[(g.group, kind, report.daemon_id)] += k.admitted_messages
+                self.remote_bytes[(g.group, kind, report.daemon_id)] += k.admitted_bytes
 
     def collect(self) -> Iterable:
         d = self.daemon

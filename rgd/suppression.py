@@ -39,7 +39,8 @@ def _is_idle(figures: Figures) -> bool:
     return not any(figures)
 
 
-def _moved(old: Figures, new: Figures, tolerance: float) -> bool:
+def moved(old: Figures, new: Figures, tolerance: float) -> bool:
+    """Some figure changed by more than `tolerance` relative to the larger of the two."""
     for a, b in zip(old, new):
         base = max(abs(a), abs(b))
         if base and abs(a - b) > tolerance * base:
@@ -77,7 +78,7 @@ def select_reports(
             decision = True
         else:
             decision = (
-                _moved(last, figures, policy.tolerance)
+                moved(last, figures, policy.tolerance)
                 or state.skipped.get(key, 0) >= policy.max_skipped_ticks
             )
         if decision:
@@ -88,3 +89,6 @@ def select_reports(
             suppressed.append(key)
             state.skipped[key] = state.skipped.get(key, 0) + 1
     return send, suppressed
+
+
+__all__ = ["Figures", "SuppressionPolicy", "SuppressionState", "moved", "select_reports"]

@@ -85,17 +85,25 @@ class TokenBucket:
         self.tokens = max(self.tokens - n, -self.rate * self.max_debt_seconds)
 
     def set_rate(self, rate: float, now: float) -> None:
-        """Change the rate keeping the bucket's state: tokens earned so far are kept
-        (clamped to the new capacity), debt is kept."""
+        """Change the rate keeping the bucket's state; debt is kept.
+
+        A cut scales saved tokens by new/old: they are seconds of the old limit, and
+        spent at once on top of the new rate they would let the old limit's burst
+        through after the limit was cut (a quota cut 10x while every daemon holds
+        part of a bucket would admit the old burst cluster-wide). Kept in seconds,
+        a saturated daemon's near-empty bucket stays near empty. A raise keeps the
+        tokens (clamped to the capacity): the new rate refills them."""
         if rate == self.rate:
             return
         self.refill(now)
-        was_unlimited = self.rate == INF
+        old = self.rate
         self.rate = rate
         self.updated = now
         if rate == INF:
             self.tokens = INF
-        elif was_unlimited:
+        elif old == INF:
             self.tokens = self.capacity
         else:
+            if self.tokens > 0 and rate < old:
+                self.tokens = self.tokens * (rate / old) if old > 0 else 0.0
             self.tokens = min(self.tokens, self.capacity)

@@ -4,7 +4,9 @@ Time advances in sub-steps of 1/substeps tick. At every sub-step:
 1. the simulated topic delivers what is due into the receivers' inboxes;
 2. daemons whose phase is this sub-step tick (collect -> report -> read -> compute);
 3. every daemon's brokers offer this sub-step's share of their demand to its
-   limiter, in small acquires, and what was admitted is recorded.
+   limiter, in small acquires, and what was admitted is recorded;
+4. every daemon reacts (rgd/cluster_node.py): folds what arrived, publishes an
+   early report if a group's demand moved, recomputes what changed.
 Daemons tick once per tick each, at different phases (not aligned, as in a real
 cluster), so a report published by one is folded by the others before their next
 tick. Events apply at the start of their tick; config changes reach every daemon
@@ -138,6 +140,7 @@ class Simulation:
             node_id=node_id, incarnation=self._incarnation, phase=phase, clock=lambda: self.now,
             strategy=self.strategy, params=self.params, profile=self.profile, groups=self.groups,
             sink=self._sink, burst_seconds=self.scenario.burst, tick_seconds=TICK_SECONDS,
+            react_seconds=TICK_SECONDS / self.scenario.substeps,
         )
 
     def _remove(self, node_id: str, graceful: bool, where: str) -> None:
@@ -233,6 +236,8 @@ class Simulation:
                         if self.log is not None:
                             self.log.tick(node.node_id, self.now)
                 self._traffic(record, factors, s)
+                for node in sorted(self.nodes.values(), key=lambda n: n.node_id):
+                    node.react(self.now)
             limits.append(self._limits())
         if self.log is not None:
             self.log.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol
 
-from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig
+from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
 from rgd.groups import ResourceGroup
 from rgd.limiter import Limiter
 from rgd.quota.calculator import QuotaParams
@@ -44,6 +44,7 @@ class NodeStats:
     groups_sent: int = 0
     groups_suppressed: int = 0
     announcements: int = 0
+    early_reports: int = 0
     rejected: int = 0
     lost: int = 0
 
@@ -61,6 +62,7 @@ class SimNode:
     sink: ReportSink
     burst_seconds: float = 1.0
     tick_seconds: float = 1.0
+    react_seconds: float = 0.1  # one sub-step: react() runs at every one
     inbox: list[bytes] = field(default_factory=list)
     stats: NodeStats = field(default_factory=NodeStats)
     node: ClusterNode = field(init=False)
@@ -69,6 +71,8 @@ class SimNode:
         config = NodeConfig(
             self.node_id, self.tick_seconds, self.strategy, self.params, self.profile.suppression,
             self.profile.ttl_ticks, self.profile.announce, self.burst_seconds,
+            react_seconds=self.react_seconds, early_reports=self.profile.react,
+            start_seconds=start_seconds_for(self.strategy),
         )
         self.node = ClusterNode(config, self.incarnation, self.clock, wall_ms, lambda: self.groups)
 
@@ -111,6 +115,8 @@ class SimNode:
         self.stats.groups_sent += len(out.sent)
         self.stats.groups_suppressed += out.suppressed
         self._publish(out.report, now)
+        if out.restated is not None:
+            self._publish(out.restated, now)
         newcomers = self._read(now)
         self.node.upkeep(now)
         if newcomers:
@@ -119,6 +125,24 @@ class SimNode:
                 self.stats.announcements += 1
                 self._publish(announcement, now)
         self.node.recompute()
+
+    def react(self, now: float) -> None:
+        """Between ticks (every sub-step): fold what arrived, publish an early report if
+        demand moved, recompute what changed (see rgd/cluster_node.py)."""
+        if not self.profile.react:
+            return
+        newcomers = self._read(now)
+        if newcomers:
+            announcement = self.node.announcement(now)
+            if announcement is not None:
+                self.stats.announcements += 1
+                self._publish(announcement, now)
+        report = self.node.early_report(now)
+        if report is not None:
+            self.stats.early_reports += 1
+            self.stats.groups_sent += len(report.groups)
+            self._publish(report, now)
+        self.node.recompute_changed(now)
 
     def _read(self, now: float) -> list[str]:
         newcomers: list[str] = []

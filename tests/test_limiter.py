@@ -112,3 +112,43 @@ def test_inlined_acquire_matches_token_bucket_methods(msg_rate, byte_rate, burst
         assert d.retry_after_s == retry
         assert (state.messages.tokens, state.messages.updated) == (mb.tokens, mb.updated)
         assert (state.bytes.tokens, state.bytes.updated) == (bb.tokens, bb.updated)
+
+
+def test_a_cut_keeps_saved_tokens_in_seconds_not_in_tokens():
+    """A quota cut 10x: a bucket 30 % full stays 30 % full of the new capacity (here 60 of 200
+    tokens becomes 6 of 20), so the old limit's burst cannot be spent after the cut."""
+    b = TokenBucket.new(200.0, now=0.0)
+    b.tokens = 60.0
+    b.set_rate(20.0, now=0.0)
+    assert b.tokens == 6.0 and b.capacity == 20.0
+    b.tokens = -50.0  # debt is kept as it is: it was incurred and must be paid back
+    b.set_rate(10.0, now=0.0)
+    assert b.tokens == -50.0
+    b.tokens = 4.0  # a raise keeps the tokens; the new rate refills them
+    b.set_rate(100.0, now=0.0)
+    assert b.tokens == 4.0
+    b.refill(0.5)
+    assert b.tokens == 54.0
+
+
+def test_retry_after_never_exceeds_the_next_recomputation_unless_the_debt_needs_longer() -> None:
+    from rgd.limiter import capped_retry
+
+    # share 2 msg/s, 20 messages short: 10 s at the share; the limit is recomputed in 0.7 s
+    assert capped_retry(10.0, 0.7, 20.0, 0.0, 100.0, -1.0) == 0.7
+    # a debt of 500 messages needs 5 s even at the full quota of 100/s
+    assert capped_retry(250.0, 0.7, 500.0, 0.0, 100.0, -1.0) == 5.0
+    # bytes the longer: 3e6 bytes short on a 1e6 B/s quota
+    assert capped_retry(60.0, 0.5, 1.0, 3e6, 100.0, 1e6) == 3.0
+    assert capped_retry(0.2, 0.7, 1.0, 0.0, 100.0, -1.0) == 0.2  # shorter than the recompute: as is
+
+
+def test_limiter_caps_retry_after_at_the_recompute_time() -> None:
+    clock = Clock()
+    lim = Limiter(clock, burst_seconds=1.0)
+    g = ResourceGroup("g", publish_msgs=1000)
+    lim.set_limit(g, "publish", 2.0, math.inf)  # a 2 msg/s share of a 1000 msg/s group
+    assert lim.acquire(g, "publish", 2, 0, "t/ns").allowed
+    assert lim.acquire(g, "publish", 2, 0, "t/ns").retry_after_s == 1.0  # uncapped: 2 tokens at 2/s
+    lim.recompute_at = clock() + 0.3
+    assert lim.acquire(g, "publish", 2, 0, "t/ns").retry_after_s == 0.3

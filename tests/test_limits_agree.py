@@ -41,8 +41,9 @@ def _metric_limits(text: str) -> dict[tuple[str, str], float]:
 
 
 async def _sample(d, http) -> dict | None:
-    """Limits per (kind, unit) from each source, or None if a tick or config change fell in between."""
-    before = (d.ticks, d.config.generation)
+    """Limits per (kind, unit) from each source, or None if a tick, a config change or a
+    recomputation between ticks (a report received) fell in between."""
+    before = (d.ticks, d.config.generation, d.limiter.limit_changes)
     url = base_url(d)
     async with http.get(f"{url}/admin/v2/resourcegroups/{GROUP}/stats") as r:
         stats = (await r.json())["limits"]
@@ -50,7 +51,7 @@ async def _sample(d, http) -> dict | None:
         quota = await r.json()
     async with http.get(f"{url}/metrics") as r:
         metrics = _metric_limits(await r.text())
-    if (d.ticks, d.config.generation) != before:
+    if (d.ticks, d.config.generation, d.limiter.limit_changes) != before:
         return None
     sources = {"stats": {}, "quota": {}, "metrics": {}}
     for kind in KINDS:

@@ -60,9 +60,16 @@ def test_binding_example_every_view_agrees() -> None:
 
 
 def test_newcomer_with_an_empty_map_gets_a_bounded_start() -> None:
-    got = compute_limits(G, {}, "new", {"new"})["publish"][0]
+    # Not heard the topic for a tick yet: members it does not know may hold the quota.
+    got = compute_limits(G, {}, "new", {"new"}, settled=False)["publish"][0]
     assert got == pytest.approx(QuotaParams().newcomer_fraction * 300)
     assert got < 300 / 10
+
+
+def test_settled_and_alone_or_nobody_with_demand_splits_the_quota_equally() -> None:
+    assert compute_limits(G, {}, "a", {"a"})["publish"][0] == pytest.approx(300)
+    idle = {"b": pu(0)}
+    assert compute_limits(G, idle, "a", {"a", "b", "c"}, previous=None)["publish"][0] == pytest.approx(100)
 
 
 def test_first_report_counts_as_unseen() -> None:
@@ -119,4 +126,4 @@ def test_quota_zero_blocks_and_params_flow_through() -> None:
     g0 = ResourceGroup("g0", publish_msgs=0)
     assert compute_limits(g0, {"a": pu(10)}, "a", {"a"}, previous=pu(10))["publish"][0] == 0
     p = QuotaParams(newcomer_fraction=0.1, idle_reserve_fraction=1.0)
-    assert compute_limits(G, {}, "a", {"a"}, params=p)["publish"][0] == pytest.approx(30)
+    assert compute_limits(G, {}, "a", {"a"}, params=p, settled=False)["publish"][0] == pytest.approx(30)

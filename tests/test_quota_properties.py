@@ -99,3 +99,43 @@ def test_rgd_share_never_grows_when_another_demand_grows(q, entries, members, ot
     after = rgd_allocate(q, grown, everyone, params)
     for d in everyone - {other}:
         assert after[d] <= before[d] * (1 + 1e-9) + 1e-9
+
+
+# -- any delivery delay: our own increase waits for the report to be out that long ----------
+
+from rgd.own_history import OwnHistory  # noqa: E402
+
+NOW = 10.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(groups, st.lists(ids, min_size=1, max_size=6, unique=True), st.data())
+def test_shares_in_force_stay_under_the_quota_for_any_delivery_delay(group, everyone, data) -> None:
+    # Every daemon published a few entries at random times. A report takes at most D to
+    # arrive (in order, none lost), so a peer holds, of each daemon, the newest entry
+    # published at least its own delay d <= D ago: anything from the newest entry older than
+    # D to the newest one. Each daemon counts its own demand as OwnHistory says, with a fold
+    # window W >= D, and the shares they all compute at that moment sum to at most the quota.
+    delay = data.draw(st.floats(0.0, 3.0), label="D")
+    window = delay + data.draw(st.floats(0.0, 0.5), label="W - D")
+    histories: dict[str, list[tuple[float, PeerUsage]]] = {}
+    for m in everyone:
+        times = sorted(data.draw(st.lists(st.floats(0.0, NOW), max_size=4), label=f"times {m}"))
+        histories[m] = [(t, data.draw(peer_usage(), label=f"entry {m}@{t}")) for t in times]
+
+    def held(m: str, by: str) -> PeerUsage | None:
+        d = data.draw(st.floats(0.0, delay), label=f"delay {m}->{by}")
+        out = [u for t, u in histories[m] if t <= NOW - d]
+        return out[-1] if out else None
+
+    shares = {}
+    for p in everyone:
+        usage = {m: u for m in everyone if m != p and (u := held(m, p)) is not None}
+        own = OwnHistory()
+        for t, u in histories[p]:
+            own.add(group.name, t, u)
+        if histories[p]:
+            usage[p] = histories[p][-1][1]
+        previous = own.as_seen(group.name, NOW, window)
+        shares[p] = compute_limits(group, usage, p, everyone, previous=previous)
+    _check_sums(group, shares)

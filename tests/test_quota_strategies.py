@@ -137,9 +137,14 @@ def test_rgd_idle_members_get_a_small_floor() -> None:
     assert got["a"] == pytest.approx(got["b"]) == pytest.approx((1000 - phi) / 2)
 
 
-def test_rgd_lone_newcomer_never_gets_the_full_quota() -> None:
-    got = rgd_allocate(1000, {}, ["me"], P)
-    assert got == {"me": pytest.approx(P.newcomer_fraction * 1000)}
+def test_rgd_splits_equally_while_nobody_has_demand() -> None:
+    # A new group: every member computes the same split, so quota / members is safe. (A
+    # daemon that has not heard the topic for a tick is held to the floor by the calculator.)
+    assert rgd_allocate(1000, {}, ["me"], P) == {"me": pytest.approx(1000)}
+    got = rgd_allocate(1000, demand(a=0, b=0), ["a", "b", "c", "d"], P)
+    assert got == {d: pytest.approx(250) for d in "abcd"}
+    some = rgd_allocate(1000, demand(a=10), ["a", "b", "c", "d"], P)
+    assert some["b"] == pytest.approx(floor_share(1000, 4, P))
 
 
 def test_rgd_headroom_is_bounded() -> None:

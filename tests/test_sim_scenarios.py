@@ -25,7 +25,9 @@ def test_every_required_scenario_is_built_in() -> None:
     assert required <= set(BUILTINS)
 
 
-@pytest.mark.parametrize("name", [n for n in BUILTINS if n != "loss"])
+# `loss` has its own targets below; `issue12-coupled` binds in bytes, which the messages
+# metric does not judge (its targets are checked by hand below).
+@pytest.mark.parametrize("name", [n for n in BUILTINS if n not in ("loss", "issue12-coupled")])
 def test_rgd_meets_its_targets(name: str) -> None:
     _, m = result(name, "rgd")
     assert m.ticks_to_converge is not None and m.ticks_to_converge <= 3, m.windows
@@ -123,9 +125,38 @@ def test_previous_is_what_keeps_a_surge_under_the_quota(monkeypatch: pytest.Monk
     _, with_previous = result("surge", "rgd")
     assert with_previous.overshoot_pct <= 2.0
 
-    def without_previous(self, group):  # what a daemon that does not track it computes
+    def without_previous(self, group, now=None):  # what a daemon that does not track it computes
         return compute_limits(group, self.usage_map.group_usage(group.name), self.node_id,
                               self.members(), self.config.strategy, self.config.params)
 
     monkeypatch.setattr(ClusterNode, "limits_for", without_previous)
-    assert evaluate(run(load("surge"), "rgd")).overshoot_pct > 5.0
+    assert evaluate(run(load("surge"), "rgd")).overshoot_pct > 2.0
+    # With a delivery delay of a tick its peers hold its old demand for that long: waiting for
+    # the measured delay is what keeps the cluster under the quota (59 % over without it).
+    from dataclasses import replace
+
+    delayed = replace(load("surge"), delay=1.0)
+    assert evaluate(run(delayed, "rgd")).overshoot_pct > 20.0
+    monkeypatch.undo()
+    assert evaluate(run(delayed, "rgd")).overshoot_pct <= 5.0
+
+
+def test_coupled_limits_are_allocated_in_the_binding_dimension() -> None:
+    # 8000-byte messages, 1000 msg/s and 4 MB/s: bytes bind at 500 msg/s. Demands 400/200/50
+    # -> max-min fair on 500: 250/200/50 (by hand). After the combined change (300 msg/s,
+    # 3.2 MB/s = 400 msg/s: messages bind; demands 100/300/300) -> 100/100/100.
+    r, m = result("issue12-coupled", "rgd")
+    series = r.dims["g/publish"]
+    for k, fair in [(k, {"a": 250, "b": 200, "c": 50}) for k in range(3, 15)] + \
+                   [(k, {"a": 100, "b": 100, "c": 100}) for k in range(17, 30)]:
+        t = series[k]
+        assert t is not None
+        for daemon, share in fair.items():
+            assert abs(t.admitted[daemon] - share) <= 0.05 * share + 2, (k, daemon, t.admitted)
+    assert m.overshoot_pct <= 2.0
+
+
+@pytest.mark.parametrize("name", [n for n in BUILTINS if n.startswith("issue12-")])
+def test_workloads_rgd_was_not_tuned_for_stay_under_ten_percent(name: str) -> None:
+    _, m = result(name, "rgd")
+    assert m.overshoot_pct <= 10.0

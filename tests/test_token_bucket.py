@@ -48,13 +48,13 @@ def test_charge_goes_into_capped_debt():
 def test_set_rate_keeps_state():
     b = TokenBucket.new(100, now=0.0, burst_seconds=1.0)
     b.take(80)  # 20 left
-    b.set_rate(50, 0.1)  # refills 10 at the old rate first -> 30, capacity now 50
-    assert b.tokens == 30 and b.rate == 50
-    b.set_rate(10, 0.1)  # capacity 10: clamp
-    assert b.tokens == 10
+    b.set_rate(50, 0.1)  # refills 10 at the old rate first -> 30 = 0.3 s of 100/s; a cut keeps
+    assert b.tokens == 15 and b.rate == 50  # the 0.3 s: 15 of the new 50/s
+    b.set_rate(10, 0.1)  # still 0.3 s: 3 of 10/s
+    assert b.tokens == 3
     b.charge(100, 0.1)
     b.set_rate(20, 0.1)  # debt is kept
-    assert b.tokens == -90
+    assert b.tokens == -97  # 3 - 100
 
 
 def test_unlimited_never_short():

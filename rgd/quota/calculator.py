@@ -5,8 +5,9 @@
 compute if it saw exactly that map). Both are pure: no I/O, no clock, no state;
 ids are iterated sorted so the same inputs always give the same floats.
 
-Each dimension (publish/dispatch/replication x messages/bytes) is allocated on
-its own by a scalar strategy from STRATEGIES. A group rate of -1 is unlimited
+Each kind's (publish/dispatch/replication) messages and bytes are allocated by a
+scalar strategy from STRATEGIES: jointly in dominant shares for `rgd` when both
+are limited (`_joint`), each on its own otherwise. A group rate of -1 is unlimited
 (math.inf out).
 
 Why `previous` (strategy `rgd`): a daemon sees its own newest report before its
@@ -26,12 +27,13 @@ peer reserves for it (QuotaParams.newcomer_fraction), never the full quota.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Collection, Mapping
 
 from rgd.groups import KINDS, ResourceGroup
 from rgd.quota import doorman, max_min_fair, pulsar, static
 from rgd.quota.inputs import DimensionInput, QuotaParams, Strategy
-from rgd.quota.model import GroupLimits, KindRates, PeerUsage
+from rgd.quota.model import GroupLimits, KindRates, PeerUsage, min_usage
 
 INF = math.inf
 DEFAULT_STRATEGY = "rgd"
@@ -47,6 +49,8 @@ STRATEGIES: dict[str, Strategy] = {
 # Strategies that count a daemon's own demand as its peers see it (see module doc).
 # The baselines reproduce other systems, which do not.
 PEER_VIEW_STRATEGIES = frozenset({"rgd"})
+# Strategies that allocate a kind's messages and bytes jointly (see `_joint`).
+JOINT_STRATEGIES = frozenset({"rgd"})
 
 
 class _Unset:
@@ -82,15 +86,73 @@ def dimension_inputs(usage: Mapping[str, PeerUsage], kind: str, dim: str) -> dic
 Shares = dict[str, "tuple[dict[str, float] | None, dict[str, float] | None]"]  # kind -> (msgs, bytes)
 
 
+def _ratio(x: float, q: float) -> float:
+    return INF if x == INF else x / q
+
+
+def dominant_inputs(
+    usage: Mapping[str, PeerUsage], kind: str, msgs_quota: float, bytes_quota: float,
+) -> dict[str, DimensionInput]:
+    """One kind of the map in dominant-share units: each daemon's demand, usage and limit
+    as the larger of its fractions of the messages quota and of the bytes quota."""
+    out: dict[str, DimensionInput] = {}
+    for daemon, pu in usage.items():
+        k = pu.kind(kind)
+        out[daemon] = DimensionInput(
+            max(k.demand_messages / msgs_quota, k.demand_bytes / bytes_quota),
+            max(k.admitted_messages / msgs_quota, k.admitted_bytes / bytes_quota),
+            max(_ratio(k.limit_messages, msgs_quota), _ratio(k.limit_bytes, bytes_quota)),
+        )
+    return out
+
+
+def _joint(
+    allocate: Strategy, usage: Mapping[str, PeerUsage], kind: str, ids: Collection[str], msgs_quota: float,
+    bytes_quota: float, params: QuotaParams,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Messages and bytes of one kind allocated together (dominant resource fairness):
+    the scalar strategy splits the group in dominant shares (quota 1.0), so a daemon whose
+    bytes bind is served in bytes and one whose messages bind in messages. A daemon with
+    share a and message size s gets (x, x * s) with x = a / max(1/M, s/B): both buckets
+    drain together, so the dimension that does not bind saves no burst it could spend after
+    a change, and no message share is held where bytes bind. A daemon without demand (its
+    size unknown) gets (a * M, a * B). Safe by construction: sum(x) <= sum(a) * M <= M and
+    sum(x * s) <= sum(a) * B <= B for any sizes; with one size for all it is exactly
+    max-min fair water-filling on the binding dimension."""
+    shares = allocate(1.0, dominant_inputs(usage, kind, msgs_quota, bytes_quota), ids, params)
+    msgs: dict[str, float] = {}
+    nbytes: dict[str, float] = {}
+    for daemon, a in shares.items():
+        pu = usage.get(daemon)
+        k = pu.kind(kind) if pu is not None else None
+        if k is None or k.demand_messages <= 0 or k.demand_bytes <= 0:
+            msgs[daemon], nbytes[daemon] = a * msgs_quota, a * bytes_quota
+            continue
+        size = k.demand_bytes / k.demand_messages
+        if size / bytes_quota >= 1.0 / msgs_quota:  # bytes dominate: served in bytes
+            nbytes[daemon] = a * bytes_quota
+            msgs[daemon] = min(a * msgs_quota, nbytes[daemon] / size)
+        else:
+            msgs[daemon] = a * msgs_quota
+            nbytes[daemon] = min(a * bytes_quota, msgs[daemon] * size)
+    return msgs, nbytes
+
+
 def _shares(
     group: ResourceGroup, usage: Mapping[str, PeerUsage], ids: Collection[str], strategy: str,
     params: QuotaParams,
 ) -> Shares:
     """Per kind, the strategy's split of each dimension; None for an unlimited dimension
-    (no work: every daemon is unlimited there)."""
+    (no work: every daemon is unlimited there). `rgd` splits a kind whose messages and
+    bytes are both limited jointly (`_joint`); the baselines split each on its own, as
+    the systems they reproduce do."""
     allocate = strategy_named(strategy)
     out: Shares = {}
     for kind in KINDS:
+        msgs_quota, bytes_quota = group.rates(kind)
+        if strategy in JOINT_STRATEGIES and msgs_quota > 0 and bytes_quota > 0:
+            out[kind] = _joint(allocate, usage, kind, ids, float(msgs_quota), float(bytes_quota), params)
+            continue
         pair = []
         for dim, rate in zip(("messages", "bytes"), group.rates(kind)):
             if rate < 0:
@@ -125,18 +187,6 @@ def allocate_group(
     return {i: _limits_of(shares, i) for i in ids}
 
 
-def _min_kind(a: KindRates, b: KindRates) -> KindRates:
-    adm_m = min(a.admitted_messages, b.admitted_messages)
-    adm_b = min(a.admitted_bytes, b.admitted_bytes)
-    return KindRates(
-        adm_m,
-        adm_b,
-        min(a.demand_messages, b.demand_messages) - adm_m,
-        min(a.demand_bytes, b.demand_bytes) - adm_b,
-        a.limit_messages,
-        a.limit_bytes,
-    )
-
 
 def as_peers_see_me(
     usage: Mapping[str, PeerUsage], self_id: str, previous: "PeerUsage | None | _Unset" = UNSET
@@ -156,9 +206,7 @@ def as_peers_see_me(
     if previous is None:
         del view[self_id]
     else:
-        view[self_id] = PeerUsage(
-            reports=latest.reports, **{k: _min_kind(latest.kind(k), previous.kind(k)) for k in KINDS}
-        )
+        view[self_id] = replace(min_usage(latest, previous), reports=latest.reports)
     return view
 
 
@@ -171,23 +219,33 @@ def compute_limits(
     params: QuotaParams | None = None,
     *,
     previous: "PeerUsage | None | _Unset" = UNSET,
+    settled: bool = True,
 ) -> GroupLimits:
     """This daemon's limits for `group`: {kind -> (messages/s, bytes/s)}, inf = unlimited.
 
     usage: {daemon -> PeerUsage} for this group, our own newest entry included.
     members: live daemons we know (ourselves included; idle ones too).
-    previous: our own entry as it was before the newest one was put in the map,
-      i.e. the one every peer has folded by now; None if we never reported this
-      group. Pass it: without it an increase of our own demand is granted a tick
-      early, which can overshoot the quota for that tick (see module doc).
+    previous: the smallest of our own entries a peer may hold now (rgd/own_history.py);
+      None if a peer may hold nothing of ours for this group. Pass it: without it an
+      increase of our own demand is granted before peers made room, which can
+      overshoot the quota until they fold it (see module doc).
+    settled: False while we have not heard the topic for a full tick (we may not know
+      every member yet): we take only the floor.
     """
+    params = params or DEFAULT_PARAMS
     view = as_peers_see_me(usage, self_id, previous) if strategy in PEER_VIEW_STRATEGIES else usage
     ids = set(members) | set(view) | {self_id}  # strategies sort what they iterate
-    return _limits_of(_shares(group, view, ids, strategy, params or DEFAULT_PARAMS), self_id)
+    if not settled and strategy in PEER_VIEW_STRATEGIES:
+        # We have not heard the topic for a tick: members we do not know yet may hold
+        # the whole quota between them, so we take no more than the floor peers reserve.
+        n = len(ids)
+        return {k: tuple(INF if r < 0 else max_min_fair.floor_share(float(r), n, params)  # type: ignore[misc]
+                         for r in group.rates(k)) for k in KINDS}
+    return _limits_of(_shares(group, view, ids, strategy, params), self_id)
 
 
 __all__ = [
-    "DEFAULT_PARAMS", "DEFAULT_STRATEGY", "STRATEGIES", "PEER_VIEW_STRATEGIES", "UNSET",
+    "DEFAULT_PARAMS", "DEFAULT_STRATEGY", "JOINT_STRATEGIES", "STRATEGIES", "PEER_VIEW_STRATEGIES", "UNSET",
     "DimensionInput", "QuotaParams", "allocate_group", "as_peers_see_me", "compute_limits",
-    "dimension_inputs", "strategy_named",
+    "dimension_inputs", "dominant_inputs", "strategy_named",
 ]

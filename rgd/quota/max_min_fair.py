@@ -15,6 +15,8 @@ Per dimension, with quota Q and n members:
    share falls well below its demand it gets share / (1 + burst) for one tick, so its
    saved tokens plus the refill stay within the share (QuotaParams.burst_seconds).
 
+0. Equal split. While no member has reported demand, every member gets Q / n.
+
 The result sums to at most Q for any input (floats aside) and is monotone: a
 daemon's share never grows when another daemon's demand grows. The calculator
 relies on that monotonicity to stay under the quota although every daemon sees
@@ -78,6 +80,11 @@ def allocate(
     if quota <= 0:
         return dict.fromkeys(ids, 0.0)
     n = len(ids)
+    if not any(e.demand > 0 for e in entries.values()):
+        # Nobody has reported demand (a new group, or every member idle): every member
+        # computes this same split, so quota / members is safe, and a group's first
+        # second is not spent at the floor.
+        return dict.fromkeys(ids, quota / n)
     phi = floor_share(quota, n, params)
     # Members without demand get the floor and take no part in the filling (their
     # excess is 0), so the work is proportional to the active daemons only.

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rgd.groups import KINDS
+
 INF = math.inf
 
 
@@ -60,6 +62,23 @@ class PeerUsage:
     @property
     def idle(self) -> bool:
         return self.publish.idle and self.dispatch.idle and self.replication.idle
+
+
+def min_kind(a: KindRates, b: KindRates) -> KindRates:
+    """The smaller demand and usage of two entries, dimension by dimension."""
+    adm_m = min(a.admitted_messages, b.admitted_messages)
+    adm_b = min(a.admitted_bytes, b.admitted_bytes)
+    return KindRates(
+        adm_m, adm_b,
+        min(a.demand_messages, b.demand_messages) - adm_m,
+        min(a.demand_bytes, b.demand_bytes) - adm_b,
+        a.limit_messages, a.limit_bytes,
+    )
+
+
+def min_usage(a: PeerUsage, b: PeerUsage) -> PeerUsage:
+    kinds = {k: min_kind(a.kind(k), b.kind(k)) for k in KINDS}
+    return PeerUsage(**kinds, reports=max(a.reports, b.reports))
 
 
 # kind -> (messages/s, bytes/s); INF = unlimited.

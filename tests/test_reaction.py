@@ -1,0 +1,161 @@
+"""Between ticks: measured delivery delay, our own entries as peers may hold them, early
+reports and the lone/new-group rules of ClusterNode (pure logic on a fake clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rgd.cluster_node import ClusterNode, NodeConfig
+from rgd.delivery_delay import DeliveryDelay
+from rgd.groups import ResourceGroup
+from rgd.own_history import OwnHistory
+from rgd.quota.model import KindRates, PeerUsage
+from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def wall_ms(now: float) -> int:
+    return int(round(now * 1000))
+
+
+def demand(msgs: float) -> PeerUsage:
+    return PeerUsage(KindRates(admitted_messages=msgs))
+
+
+def test_delivery_delay_is_the_slowest_peers_median_clamped_and_capped() -> None:
+    d = DeliveryDelay(default_seconds=1.0, cap_seconds=3.0)
+    assert d.seconds() == 1.0  # nothing measured yet
+    for received in (1010, 1030, 5000):  # one outlier: the median ignores it
+        d.observe("a", 1000, received)
+    assert d.seconds() == pytest.approx(0.030)
+    d.observe("b", 2000, 2200)
+    assert d.seconds() == pytest.approx(0.200)  # b is the slowest
+    assert d.observe("c", 3000, 2900) == 0.0  # a clock ahead of ours: clamped, not negative
+    d.observe("b", 0, 10_000)
+    d.observe("b", 0, 10_000)
+    assert d.seconds() == 3.0  # capped
+    d.forget("b")
+    assert d.seconds() == pytest.approx(0.030)
+
+
+def test_own_history_counts_an_increase_once_out_for_the_window_and_a_decrease_at_once() -> None:
+    h = OwnHistory()
+    assert h.as_seen("g", 5.0, 0.5) is None
+    h.add("g", 1.0, demand(100))
+    assert h.as_seen("g", 1.2, 0.5) is None  # not out long enough: a peer may hold nothing
+    assert h.as_seen("g", 1.6, 0.5).publish.demand_messages == 100
+    h.add("g", 2.0, demand(300))
+    assert h.as_seen("g", 2.3, 0.5).publish.demand_messages == 100  # the increase waits
+    assert h.as_seen("g", 2.5, 0.5).publish.demand_messages == 300
+    h.add("g", 3.0, demand(50))
+    assert h.as_seen("g", 3.0, 0.5).publish.demand_messages == 50  # a decrease applies at once
+    assert h.pending(3.2, 0.5) == ["g"] and h.pending(3.6, 0.5) == []
+    h.prune(3.6, 0.5)
+    assert [t for t, _ in h.entries["g"]] == [3.0]
+
+
+G = ResourceGroup("g", publish_msgs=300)
+
+
+def node(clock: Clock, node_id: str = "a", hearing: bool = True) -> ClusterNode:
+    return ClusterNode(NodeConfig(node_id), 1, clock, wall_ms, lambda: {"g": G}, hearing=hearing)
+
+
+def heartbeat(sender: str, sequence: int, at: float, groups: list[GroupUsage] = ()) -> bytes:
+    r = UsageReport(daemon_id=sender, sequence=sequence, publish_time_ms=wall_ms(at), tick_ms=1000, incarnation=1)
+    r.groups.extend(groups)
+    return r.SerializeToString()
+
+
+def test_a_daemon_alone_after_a_tick_of_listening_takes_the_whole_quota() -> None:
+    clock = Clock()
+    n = node(clock)
+    assert n.limits_for(G)["publish"][0] == pytest.approx(0.02 * 300)  # not settled: the floor
+    clock.t += 1.0
+    assert n.settled() and n.limits_for(G)["publish"][0] == 300
+    n.receive(heartbeat("b", 1, clock.t), None, clock.t)
+    # a peer, and nobody has reported demand for the group: the equal split
+    assert n.limits_for(G)["publish"][0] == pytest.approx(150)
+
+
+def test_hearing_starts_when_the_session_opens() -> None:
+    clock = Clock()
+    n = node(clock, hearing=False)
+    clock.t += 5.0
+    assert not n.settled()
+    n.set_hearing(True, clock.t)
+    clock.t += 0.5
+    assert not n.settled()
+    clock.t += 0.5
+    assert n.settled()
+
+
+def test_a_demand_shift_is_reported_early_and_rate_limited() -> None:
+    clock = Clock()
+    n = node(clock)
+    clock.t += 1.0
+    n.tick_report(clock.t)
+
+    def offer(rate: float, seconds: float) -> None:
+        for _ in range(int(seconds / 0.1)):
+            for _ in range(int(rate * 0.1)):
+                n.limiter.acquire(G, "publish", 1, 100, "g/ns", now=clock.t)
+            clock.t += 0.1
+            yield n.early_report(clock.t)
+
+    reports = [r for r in offer(100, 0.5) if r is not None]
+    assert len(reports) == 1  # new group: reported once the window (0.2 s) measures it
+    first = reports[0]
+    assert first.restatement and first.tick_ms == 200
+    assert first.groups[0].publish.admitted_messages == 20  # 100/s over 0.2 s
+    assert [r for r in offer(100, 0.5) if r is not None] == []  # steady: nothing to say
+    shifted = [r for r in offer(200, 1.0) if r is not None]
+    assert 1 <= len(shifted) <= 4  # at most one per 0.25 tick
+    assert shifted[0].groups[0].publish.admitted_messages > 20
+
+
+def test_early_entries_per_tick_are_budgeted_over_all_groups() -> None:
+    # 20 groups whose demand moves on every react: at most 20 early entries per tick in all
+    # (twice an unsuppressed tick report's bytes per second at most), and again after the tick.
+    clock = Clock()
+    groups = {f"g{i}": ResourceGroup(f"g{i}", publish_msgs=1000) for i in range(20)}
+    n = ClusterNode(NodeConfig("a"), 1, clock, wall_ms, lambda: groups)
+    clock.t += 1.0
+    sent = 0
+    for step in range(10):
+        rate = 100 if step % 2 else 300
+        for g in groups.values():
+            for _ in range(rate // 10):
+                n.limiter.acquire(g, "publish", 1, 100, "ns/x", now=clock.t)
+        clock.t += 0.1
+        r = n.early_report(clock.t)
+        sent += len(r.groups) if r is not None else 0
+    assert sent == 20
+    n.tick_report(clock.t)
+    for g in groups.values():
+        for _ in range(60):
+            n.limiter.acquire(g, "publish", 1, 100, "ns/x", now=clock.t)
+    clock.t += 0.1
+    r = n.early_report(clock.t)
+    assert r is not None and len(r.groups) == 20
+
+
+def test_a_daemon_whose_peers_went_silent_does_not_take_the_whole_quota() -> None:
+    # Silence after peers were heard may be report loss: the evicted peer may still be busy.
+    clock = Clock()
+    n = node(clock)
+    clock.t += 1.0
+    n.receive(heartbeat("b", 1, clock.t), None, clock.t)
+    clock.t += 10.0
+    n.upkeep(clock.t)  # b evicted after the TTL
+    assert n.members() == {"a"}
+    n.history.add("g", clock.t - 5, demand(50))
+    n.usage_map.set_local("a", "g", demand(50), clock.t)
+    assert n.limits_for(G)["publish"][0] < 300  # its demand plus headroom, not the quota

@@ -1,0 +1,111 @@
+"""How fast real daemons meet a change, on the session's pulsar-lite broker (real processes,
+real HTTP): the first second of a new group, and `rgd up`'s rotating load. The measuring
+code is scripts/reaction_probe.py's (its own water-filling for the fair shares); figures
+are printed (`pytest -s`)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cluster_harness import Cluster
+
+pytestmark = pytest.mark.timing
+
+_spec = importlib.util.spec_from_file_location(
+    "reaction_probe", Path(__file__).resolve().parent.parent / "scripts" / "reaction_probe.py")
+probe = importlib.util.module_from_spec(_spec)
+sys.modules["reaction_probe"] = probe  # its dataclasses look their module up
+_spec.loader.exec_module(probe)  # type: ignore[union-attr]
+
+
+def test_fair_shares_of_the_probe_match_hand_computed_splits() -> None:
+    assert probe.fair_shares(300, [216, 108, 36]) == pytest.approx([156, 108, 36])
+    assert probe.fair_shares(300, [288, 36, 36]) == pytest.approx([228, 36, 36])
+    assert probe.fair_shares(300, [50, 60, 70]) == [50, 60, 70]
+
+
+@pytest.fixture
+def cluster(broker, tmp_path):
+    c = Cluster(broker.url, tmp_path, quota=100)
+    yield c
+    c.stop_all()
+
+
+def settle(c: Cluster, ticks: float = 1.5) -> None:
+    time.sleep(ticks * c.tick)  # every daemon has listened to the topic for a tick
+
+
+def test_a_lone_daemon_admits_the_new_groups_quota_in_its_first_second(cluster):
+    d = cluster.start("d1")
+    settle(cluster)
+    counts = probe.Counts()
+    asyncio.run(probe.run_load([(d.url, ("d1", "gold"), "acme/x", lambda _t: 200.0)], 1.5, counts))
+    first = probe.first_second(counts, [("d1", "gold")])
+    print(f"\nlone daemon, new 100 msg/s group offered 200 msg/s: {first} msgs in the first second")
+    assert 90 <= first <= 106  # the whole quota at once, plus the new bucket's 0.05 s
+
+
+def test_a_new_group_with_even_demand_is_mostly_used_in_its_first_second(broker, tmp_path):
+    c = Cluster(broker.url, tmp_path, quota=300)
+    try:
+        for name in ("d1", "d2", "d3"):
+            c.start(name, wait=False)
+        for name in ("d1", "d2", "d3"):
+            c.daemons[name].wait_ready()
+        settle(c, 2.0)
+        counts = probe.Counts()
+        streams = [(d.url, (n, "gold"), f"acme/{n}", lambda _t: 120.0) for n, d in c.daemons.items()]
+        asyncio.run(probe.run_load(streams, 1.5, counts))
+        used = probe.first_second(counts, [(n, "gold") for n in c.daemons]) / 300
+        print(f"\n3 daemons, new 300 msg/s group, 120 msg/s on each: {100 * used:.1f} % used in the first second")
+        # Before this was the 2 % floor (about 10 % used). Not yet the 90 % aimed at: when the
+        # first reports arrive every daemon holds the floor for about one react interval plus
+        # the delivery delay, until its own report has been out that long.
+        assert 0.75 <= used <= 1.06
+    finally:
+        c.stop_all()
+
+
+def test_rgd_ups_rotating_load_follows_each_shift_without_exceeding_the_quota(broker, tmp_path):
+    c = Cluster(broker.url, tmp_path, quota=300)
+    doc = yaml.safe_load(c.config.read_text())
+    doc["resourcegroups"] = {g: {"publishRateInMsgs": probe.ROTATING_QUOTA} for g in probe.GROUPS}
+    doc["tenants"] = {g: g for g in probe.GROUPS}
+    c.config.write_text(yaml.safe_dump(doc))
+    seconds = 25.0
+    try:
+        for name in ("d1", "d2", "d3"):
+            c.start(name, wait=False)
+        for name in ("d1", "d2", "d3"):
+            c.daemons[name].wait_ready()
+        settle(c, 2.0)
+        names = list(c.daemons)
+        counts = probe.Counts()
+        streams = []
+        for gi, group in enumerate(probe.GROUPS):
+            for di, (name, d) in enumerate(c.daemons.items()):
+                def rate(t: float, di: int = di, gi: int = gi) -> float:
+                    weights = probe.demand_weights(len(names), int(t // probe.PHASE_SECONDS), gi)
+                    return 1.2 * probe.ROTATING_QUOTA * weights[di]
+                streams.append((d.url, (name, group), f"{group}/x", rate))
+        asyncio.run(probe.run_load(streams, seconds, counts))
+        rot = probe.rotating_figures(counts, names, seconds)
+        for s in rot["shifts"]:
+            print(f"\nshift at {s['at_s']:.0f}s {s['group']}: fair {s['fair']} admitted/s over [+0.5, +1) "
+                  f"{s['admitted_rate_0.5_to_1s']} within 10 %: {s['within_10pct_at_0.5_to_1s']}; "
+                  f"settled after {s['settled_after_s']} s")
+        print(f"worst 1-second window: {rot['worst_window_over_quota_pct']:+.1f} % against the quota")
+        assert rot["worst_window_over_quota_pct"] <= 5.0
+        for s in rot["shifts"]:
+            keys = [(n, s["group"]) for n in names]
+            later = [counts.admitted_in(k, s["at_s"] + 1.0, s["at_s"] + 3.0) / 2.0 for k in keys]
+            assert all(abs(r - f) <= 0.10 * f for r, f in zip(later, s["fair"])), (s, later)
+    finally:
+        c.stop_all()
