@@ -35,6 +35,7 @@ from rgd.settings import Settings
 from rgd.suppression import SuppressionPolicy
 from rgd.transport import PulsarSession, Received
 from rgd.usage_log import UsageLog
+from rgd.usage_log.guard import LogGuard
 from rgd.usage_map import EVICT_LEAVING, EVICT_TTL, UsageMap
 from rgd.wire.usage_report_pb2 import UsageReport
 
@@ -73,6 +74,7 @@ class Daemon:
         self.broker: EmbeddedBroker | None = None
         self.pulsar_url = settings.pulsar_url
         self.usage_log: UsageLog | None = None
+        self.log_guard: LogGuard | None = None  # every log call goes through it: a full disk never stops a tick
         self.started = False
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
@@ -136,8 +138,8 @@ class Daemon:
         if self.connected:
             try:
                 data = await asyncio.wait_for(self._publish(self.node.leaving_report(self.clock())), 2.0)
-                if self.usage_log is not None:
-                    self.usage_log.append_published(data)
+                if self.log_guard is not None:
+                    self.log_guard.append_published(data)
             except Exception as exc:
                 log.warning("could not publish the leaving report: %s", exc)
         for task in reversed(self._tasks):
@@ -154,8 +156,12 @@ class Daemon:
         if runner is not None:
             await runner.cleanup()
         usage_log, self.usage_log = self.usage_log, None
+        self.log_guard = None
         if usage_log is not None:
-            usage_log.close()
+            try:
+                usage_log.close()
+            except OSError as exc:  # a full disk: the open segment is recovered at the next start
+                log.error("usage log not closed cleanly: %s", exc)
         broker, self.broker = self.broker, None
         if broker is not None:
             await asyncio.to_thread(broker.stop)
@@ -167,6 +173,7 @@ class Daemon:
             archive_uri=s.archive_uri or None, retention_s=s.log_retention,
             keep_receipt_payloads=s.log_receipt_payloads,
         )
+        self.log_guard = LogGuard(self.usage_log)
 
     def log_lag(self) -> list[tuple[str, str, float]] | None:
         if self.usage_log is None:
@@ -190,10 +197,18 @@ class Daemon:
             "members": sorted(self.node.members()),
             "safe_share": self.node.safe_share_active(),
             "config_file": self.config_doc.path if self.config_doc else None,
+            "degraded": self.degraded(),
         }
         # Ready once one full tick has run with the broker up: by then we have heard
         # our peers, so our limits are a share, not a guess.
         return connected and self.ticks >= 1, detail
+
+    def degraded(self) -> list[str]:
+        """What is failing while the daemon still serves (readiness stays as it was)."""
+        out = []
+        if self.log_guard is not None and self.log_guard.state.failing:
+            out.append(f"usage_log: {self.log_guard.state.reason}")
+        return out
 
     # -- pulsar ----------------------------------------------------------------------------
 
@@ -370,8 +385,8 @@ class Daemon:
         self.node.recompute()
         self.metrics.calc_seconds.observe(time.perf_counter() - started)
         self.metrics.safe_share.set(1 if self.node.safe_share_active(now) else 0)
-        if self.usage_log is not None:
-            self.usage_log.maintain()
+        if self.log_guard is not None:
+            self.log_guard.maintain()
 
     async def _publish_logged(self, report: UsageReport) -> None:
         try:
@@ -381,8 +396,8 @@ class Daemon:
             log.warning("report %d not published: %s", report.sequence, exc)
             return
         self.metrics.reports_published.inc()
-        if self.usage_log is not None:
-            self.usage_log.append_published(data)
+        if self.log_guard is not None:
+            self.log_guard.append_published(data)
 
     def _drain_inbox(self, now: float) -> list[str]:
         """Fold everything received since the last tick; returns new members."""
@@ -403,8 +418,8 @@ class Daemon:
                 self.metrics.evictions.labels(EVICT_LEAVING).inc()
             elif receipt.new_member:
                 newcomers.append(receipt.report.daemon_id)
-            if self.usage_log is not None:
-                self.usage_log.append_receipt(receipt.report, msg.data, time.time())
+            if self.log_guard is not None:
+                self.log_guard.append_receipt(receipt.report, msg.data, time.time())
         return newcomers
 
     # -- admin stats -----------------------------------------------------------------------

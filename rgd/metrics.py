@@ -80,6 +80,15 @@ class LimiterCollector(Collector):
         members = GaugeMetricFamily("rgd_cluster_members", "Daemons in the usage map (self included)")
         members.add_metric([], len(d.usage_map.members))
         yield from (admitted_m, admitted_b, throttled_m, throttled_b, events, limit, quota, used, peer, oldest, members)
+        guard = d.log_guard
+        if guard is not None:
+            failing = GaugeMetricFamily("rgd_usage_log_failing", "1 while usage log writes fail (the limiter keeps running)")
+            failing.add_metric([], 1 if guard.state.failing else 0)
+            failures = CounterMetricFamily("rgd_usage_log_failures", "Times the usage log started failing")
+            failures.add_metric([], guard.state.failures)
+            dropped = CounterMetricFamily("rgd_usage_log_dropped_records", "Log records dropped while the log was failing")
+            dropped.add_metric([], guard.state.dropped_records)
+            yield from (failing, failures, dropped)
         lag = d.log_lag()
         if lag is not None:
             for name, help_text, value in lag:
