@@ -21,7 +21,8 @@ from typing import Any
 from aiohttp import web
 
 from rgd.api.app import build_app
-from rgd.config_file import ConfigDocument, ConfigError, load_config
+from rgd.config_file import ConfigDocument, ConfigError
+from rgd.config_reload import ConfigReloader
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
 from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig
@@ -304,34 +305,29 @@ class Daemon:
     # -- config ----------------------------------------------------------------------------
 
     async def _watch_config_file(self) -> None:
-        """Poll the file (mtime + size + digest). Polling, not inotify: Kubernetes
-        ConfigMaps swap a symlink, which inotify watchers on the file miss."""
+        """Poll the file's content hash. Polling, not inotify: Kubernetes ConfigMaps swap a
+        symlink, which inotify watchers on the file miss. Reading and parsing run off the
+        event loop (see config_reload); only the swap runs on it."""
         assert self.config_doc is not None
-        path = Path(self.config_doc.path)
-        last_stat: tuple[float, int] | None = None
-        while True:
-            await asyncio.sleep(min(1.0, self.settings.tick))
-            try:
-                st = path.stat()
-                key = (st.st_mtime, st.st_size)
-            except OSError:
-                key = None
-            if key == last_stat:
-                continue
-            last_stat = key
-            try:
-                doc = load_config(path)
-            except ConfigError as exc:
-                self.metrics.config_reloads.labels("error").inc()
-                log.error("config reload failed, keeping the last good config: %s", exc)
-                continue
-            if doc.digest == self.config_doc.digest:
-                continue
-            self.config_doc = doc
-            self.config.set_base(doc.registry)
-            self.metrics.config_reloads.labels("ok").inc()
-            log.info("config reloaded from %s", path)
-            self._apply_config()
+        reloader = ConfigReloader(self.config_doc.path, self.config_doc.digest)
+        try:
+            while True:
+                await asyncio.sleep(min(1.0, self.settings.tick))
+                try:
+                    doc = await reloader.poll()
+                except ConfigError as exc:
+                    self.metrics.config_reloads.labels("error").inc()
+                    log.error("config reload failed, keeping the last good config: %s", exc)
+                    continue
+                if doc is None:
+                    continue
+                self.config_doc = doc
+                self.config.set_base(doc.registry)
+                self.metrics.config_reloads.labels("ok").inc()
+                log.info("config reloaded from %s", reloader.path)
+                self._apply_config()
+        finally:
+            reloader.close()
 
     def _apply_config(self) -> None:
         """After any config change: drop deleted groups, recompute limits now."""
