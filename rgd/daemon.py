@@ -368,6 +368,10 @@ class Daemon:
         self.metrics.groups_suppressed.inc(out.suppressed)
         if connected:
             await self._publish_logged(out.report)
+        else:
+            # Never sent, so never lost: give its sequence number back, or peers would count
+            # every tick of our outage in rgd_reports_lost_total.
+            self.node.sequence = out.report.sequence - 1
         # read
         newcomers = self._drain_inbox(now)
         for _ in self.node.upkeep(now):
