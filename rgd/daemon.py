@@ -23,6 +23,7 @@ from aiohttp import web
 from rgd.api.app import build_app
 from rgd.config_file import ConfigDocument, ConfigError
 from rgd.config_reload import ConfigReloader
+from rgd.connection_guard import ConnectionGuard, GuardedTCPSite, connection_limit
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
 from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig
@@ -75,6 +76,7 @@ class Daemon:
         self.broker: EmbeddedBroker | None = None
         self.pulsar_url = settings.pulsar_url
         self.usage_log: UsageLog | None = None
+        self.connection_guard: ConnectionGuard | None = None
         self.log_guard: LogGuard | None = None  # every log call goes through it: a full disk never stops a tick
         self.started = False
         self._tasks: list[asyncio.Task] = []
@@ -109,10 +111,13 @@ class Daemon:
         s = self.settings
         self._open_usage_log()
         app = build_app(self)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     keepalive_timeout=s.http_idle_timeout)
         await self._runner.setup()
         host, port = s.host_port
-        site = web.TCPSite(self._runner, host, port, reuse_address=True, backlog=1024)
+        assert self._runner.server is not None
+        self.connection_guard = ConnectionGuard(self._runner.server, connection_limit(s.http_max_connections))
+        site = GuardedTCPSite(self._runner, self.connection_guard, host, port, reuse_address=True, backlog=1024)
         await site.start()
         self.bound_port = self._runner.addresses[0][1] if self._runner.addresses else port
         if not self.pulsar_url:
