@@ -32,6 +32,7 @@ from rgd.limiter import Limiter
 from rgd.metrics import Metrics
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import INF
+from rgd.report_builder import bound_report
 from rgd.report_codec import HmacKeys
 from rgd.settings import Settings
 from rgd.suppression import SuppressionPolicy
@@ -301,6 +302,12 @@ class Daemon:
         return True
 
     async def _publish(self, report: UsageReport) -> bytes:
+        trimmed = bound_report(report)
+        if trimmed.namespaces:
+            self.metrics.report_namespaces_trimmed.inc(trimmed.namespaces)
+        if trimmed.over_budget:
+            log.warning("report %d is %d bytes even without namespace lists: too many groups for one "
+                        "message", report.sequence, report.ByteSize())
         data = report.SerializeToString()
         props = self.node.keys.sign(data) if self.node.keys else None
         assert self.session is not None

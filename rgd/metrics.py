@@ -120,6 +120,10 @@ class Metrics:
             "rgd_reports_rejected", "Reports rejected, by reason", ["reason"], registry=r
         )
         self.reports_lost = Counter("rgd_reports_lost", "Reports missing from peers' sequences", registry=r)
+        self.report_namespaces_trimmed = Counter(
+            "rgd_report_namespaces_trimmed", "Namespace names left out of reports to keep them under the caps",
+            registry=r,
+        )
         self.publish_errors = Counter("rgd_report_publish_errors", "Reports that failed to publish", registry=r)
         self.evictions = Counter("rgd_evictions", "Daemons evicted from the usage map, by reason", ["reason"], registry=r)
         self.calc_seconds = Histogram(
