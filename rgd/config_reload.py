@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from rgd.config_file import ConfigDocument, ConfigError, parse_config
@@ -47,12 +48,19 @@ class ConfigReloader:
 
     async def poll(self) -> ConfigDocument | None:
         """The new document when the content changed, None otherwise; ConfigError when bad."""
+        previous = self.last_digest
         text = await asyncio.to_thread(self.read_if_changed)
         if text is None:
             return None
         if self._pool is None:
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        return await asyncio.get_running_loop().run_in_executor(self._pool, parse_config, text, str(self.path))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, parse_config, text, str(self.path))
+        except BrokenProcessPool as exc:
+            # The worker died (killed, out of memory): a new one parses the same content next poll.
+            self.close()
+            self.last_digest = previous
+            raise ConfigError(f"{self.path}: the parsing worker died ({exc}); trying again") from exc
 
     def close(self) -> None:
         pool, self._pool = self._pool, None

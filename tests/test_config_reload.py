@@ -63,3 +63,29 @@ def test_the_c_loader_is_used_and_the_pure_loader_is_a_warned_fallback(monkeypat
     parse_config(text, "c.yaml")
     assert slow.registry.groups == fast.registry.groups and slow.registry.namespaces == {"a/b": "g"}
     assert len([r for r in caplog.records if "no libyaml" in r.getMessage()]) == 1
+
+
+async def test_a_parsing_worker_that_dies_is_replaced(tmp_path: Path) -> None:
+    import signal
+
+    from rgd.config_file import ConfigError, load_config
+    from rgd.config_reload import ConfigReloader
+
+    cfg = write_config(tmp_path / "c.yaml", {"g": {"publishRateInMsgs": 1000}})
+    reloader = ConfigReloader(cfg, load_config(cfg).digest)
+    try:
+        assert await reloader.poll() is None  # unchanged
+        write_config(cfg, {"g": {"publishRateInMsgs": 2000}})
+        doc = await reloader.poll()
+        assert doc is not None and doc.registry.groups["g"].rates("publish")[0] == 2000
+        for pid in list(reloader._pool._processes):  # the worker dies between reloads
+            os.kill(pid, signal.SIGKILL)
+        write_config(cfg, {"g": {"publishRateInMsgs": 3000}})
+        try:
+            doc = await reloader.poll()
+        except ConfigError as exc:  # the death was noticed by this parse: said, then retried
+            assert "worker died" in str(exc)
+            doc = await reloader.poll()
+        assert doc is not None and doc.registry.groups["g"].rates("publish")[0] == 3000
+    finally:
+        reloader.close()
