@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from rgd.connection_guard import connection_limit
+
 if TYPE_CHECKING:
     from rgd.daemon import Daemon
 
@@ -80,17 +82,16 @@ class LimiterCollector(Collector):
         members = GaugeMetricFamily("rgd_cluster_members", "Daemons in the usage map (self included)")
         members.add_metric([], len(d.usage_map.members))
         yield from (admitted_m, admitted_b, throttled_m, throttled_b, events, limit, quota, used, peer, oldest, members)
-        conns = d.connection_guard
-        if conns is not None:
-            open_ = GaugeMetricFamily("rgd_http_connections", "HTTP connections open")
-            open_.add_metric([], conns.open_connections)
-            limit_ = GaugeMetricFamily("rgd_http_connection_limit", "HTTP connections kept open at most")
-            limit_.add_metric([], conns.limit)
-            shed = CounterMetricFamily("rgd_http_connections_shed", "Connections closed or refused at the limit",
-                                       labels=["action"])
-            shed.add_metric(["idle_closed"], conns.counts.idle_closed)
-            shed.add_metric(["refused"], conns.counts.refused)
-            yield from (open_, limit_, shed)
+        conns = d.connection_guard  # None until the HTTP server listens: nothing open or shed yet
+        open_ = GaugeMetricFamily("rgd_http_connections", "HTTP connections open")
+        open_.add_metric([], conns.open_connections if conns else 0)
+        limit_ = GaugeMetricFamily("rgd_http_connection_limit", "HTTP connections kept open at most")
+        limit_.add_metric([], conns.limit if conns else connection_limit(d.settings.http_max_connections))
+        shed = CounterMetricFamily("rgd_http_connections_shed", "Connections closed or refused at the limit",
+                                   labels=["action"])
+        shed.add_metric(["idle_closed"], conns.counts.idle_closed if conns else 0)
+        shed.add_metric(["refused"], conns.counts.refused if conns else 0)
+        yield from (open_, limit_, shed)
         guard = d.log_guard
         if guard is not None:
             failing = GaugeMetricFamily("rgd_usage_log_failing", "1 while usage log writes fail (the limiter keeps running)")
