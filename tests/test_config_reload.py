@@ -89,3 +89,17 @@ async def test_a_parsing_worker_that_dies_is_replaced(tmp_path: Path) -> None:
         assert doc is not None and doc.registry.groups["g"].rates("publish")[0] == 3000
     finally:
         reloader.close()
+
+
+def test_a_file_caught_half_written_is_not_taken(tmp_path: Path) -> None:
+    from rgd.config_file import load_config
+    from rgd.config_reload import ConfigReloader
+
+    cfg = write_config(tmp_path / "c.yaml", {"g": {"publishRateInMsgs": 1000}})
+    full = cfg.read_bytes()
+    reloader = ConfigReloader(cfg, load_config(cfg).digest)
+    cfg.write_bytes(b"")  # an editor truncated the file and is about to write it again
+    reloader.settle = lambda _s: cfg.write_bytes(full.replace(b"1000", b"2000"))  # ... and now it has
+    assert reloader.read_if_changed() is None  # the two reads differ: not taken
+    reloader.settle = lambda _s: None
+    assert reloader.read_if_changed() == full.replace(b"1000", b"2000")
