@@ -22,7 +22,9 @@ from typing import Any
 from aiohttp import web
 
 from rgd.api.app import build_app
-from rgd.config_file import ConfigDocument, ConfigError, load_config
+from rgd.config_file import ConfigDocument, ConfigError
+from rgd.config_reload import ConfigReloader
+from rgd.connection_guard import ConnectionGuard, connection_limit
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
 from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
@@ -33,11 +35,13 @@ from rgd.metrics import Metrics
 from rgd.pulsar_metrics import PulsarMetrics
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import INF
+from rgd.report_builder import bound_report
 from rgd.report_codec import HmacKeys
 from rgd.settings import Settings
 from rgd.suppression import SuppressionPolicy
 from rgd.transport import PulsarSession, Received
 from rgd.usage_log import UsageLog
+from rgd.usage_log.guard import LogGuard
 from rgd.usage_map import EVICT_LEAVING, EVICT_TTL, UsageMap
 from rgd.wire.usage_report_pb2 import UsageReport
 
@@ -79,6 +83,8 @@ class Daemon:
         self.broker: EmbeddedBroker | None = None
         self.pulsar_url = settings.pulsar_url
         self.usage_log: UsageLog | None = None
+        self.connection_guard: ConnectionGuard | None = None
+        self.log_guard: LogGuard | None = None  # every log call goes through it: a full disk never stops a tick
         self.started = False
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
@@ -114,10 +120,13 @@ class Daemon:
         s = self.settings
         self._open_usage_log()
         app = build_app(self)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     keepalive_timeout=s.http_idle_timeout)
         await self._runner.setup()
+        assert self._runner.server is not None
+        self.connection_guard = ConnectionGuard(self._runner.server, connection_limit(s.http_max_connections))
         addresses = s.listen_addresses
-        self._unix_sockets = await start_sites(self._runner, addresses)
+        self._unix_sockets = await start_sites(self._runner, addresses, self.connection_guard)
         self.bound_port = bound_tcp_port(self._runner)
         if not self.pulsar_url:
             for host in {a.host for a in addresses if not a.is_unix} - {"127.0.0.1", "localhost", "::1"}:
@@ -144,8 +153,8 @@ class Daemon:
         if self.connected:
             try:
                 data = await asyncio.wait_for(self._publish(self.node.leaving_report(self.clock())), 2.0)
-                if self.usage_log is not None:
-                    self.usage_log.append_published(data)
+                if self.log_guard is not None:
+                    self.log_guard.append_published(data)
             except Exception as exc:
                 log.warning("could not publish the leaving report: %s", exc)
         for task in reversed(self._tasks):
@@ -165,8 +174,12 @@ class Daemon:
             remove_unix_socket(path, inode)
         self._unix_sockets = []
         usage_log, self.usage_log = self.usage_log, None
+        self.log_guard = None
         if usage_log is not None:
-            usage_log.close()
+            try:
+                usage_log.close()
+            except OSError as exc:  # a full disk: the open segment is recovered at the next start
+                log.error("usage log not closed cleanly: %s", exc)
         broker, self.broker = self.broker, None
         if broker is not None:
             await asyncio.to_thread(broker.stop)
@@ -178,6 +191,7 @@ class Daemon:
             archive_uri=s.archive_uri or None, retention_s=s.log_retention,
             keep_receipt_payloads=s.log_receipt_payloads,
         )
+        self.log_guard = LogGuard(self.usage_log)
 
     def log_lag(self) -> list[tuple[str, str, float]] | None:
         if self.usage_log is None:
@@ -201,10 +215,18 @@ class Daemon:
             "members": sorted(self.node.members()),
             "safe_share": self.node.safe_share_active(),
             "config_file": self.config_doc.path if self.config_doc else None,
+            "degraded": self.degraded(),
         }
         # Ready once we have listened to the topic for a full tick with the broker up: by
         # then we have heard our peers, so our limits are a share, not a guess.
         return connected and self.ticks >= 1 and self.node.settled(), detail
+
+    def degraded(self) -> list[str]:
+        """What is failing while the daemon still serves (readiness stays as it was)."""
+        out = []
+        if self.log_guard is not None and self.log_guard.state.failing:
+            out.append(f"usage_log: {self.log_guard.state.reason}")
+        return out
 
     # -- pulsar ----------------------------------------------------------------------------
 
@@ -293,6 +315,12 @@ class Daemon:
         return True
 
     async def _publish(self, report: UsageReport) -> bytes:
+        trimmed = bound_report(report)
+        if trimmed.namespaces:
+            self.metrics.report_namespaces_trimmed.inc(trimmed.namespaces)
+        if trimmed.over_budget:
+            log.warning("report %d is %d bytes even without namespace lists: too many groups for one "
+                        "message", report.sequence, report.ByteSize())
         data = report.SerializeToString()
         props = self.node.keys.sign(data) if self.node.keys else None
         assert self.session is not None
@@ -302,34 +330,29 @@ class Daemon:
     # -- config ----------------------------------------------------------------------------
 
     async def _watch_config_file(self) -> None:
-        """Poll the file (mtime + size + digest). Polling, not inotify: Kubernetes
-        ConfigMaps swap a symlink, which inotify watchers on the file miss."""
+        """Poll the file's content hash. Polling, not inotify: Kubernetes ConfigMaps swap a
+        symlink, which inotify watchers on the file miss. Reading and parsing run off the
+        event loop (see config_reload); only the swap runs on it."""
         assert self.config_doc is not None
-        path = Path(self.config_doc.path)
-        last_stat: tuple[float, int] | None = None
-        while True:
-            await asyncio.sleep(min(1.0, self.settings.tick))
-            try:
-                st = path.stat()
-                key = (st.st_mtime, st.st_size)
-            except OSError:
-                key = None
-            if key == last_stat:
-                continue
-            last_stat = key
-            try:
-                doc = load_config(path)
-            except ConfigError as exc:
-                self.metrics.config_reloads.labels("error").inc()
-                log.error("config reload failed, keeping the last good config: %s", exc)
-                continue
-            if doc.digest == self.config_doc.digest:
-                continue
-            self.config_doc = doc
-            self.config.set_base(doc.registry)
-            self.metrics.config_reloads.labels("ok").inc()
-            log.info("config reloaded from %s", path)
-            self._apply_config()
+        reloader = ConfigReloader(self.config_doc.path, self.config_doc.digest)
+        try:
+            while True:
+                await asyncio.sleep(min(1.0, self.settings.tick))
+                try:
+                    doc = await reloader.poll()
+                except ConfigError as exc:
+                    self.metrics.config_reloads.labels("error").inc()
+                    log.error("config reload failed, keeping the last good config: %s", exc)
+                    continue
+                if doc is None:
+                    continue
+                self.config_doc = doc
+                self.config.set_base(doc.registry)
+                self.metrics.config_reloads.labels("ok").inc()
+                log.info("config reloaded from %s", reloader.path)
+                self._apply_config()
+        finally:
+            reloader.close()
 
     def _apply_config(self) -> None:
         """After any config change: drop deleted groups, recompute limits now."""
@@ -405,6 +428,10 @@ class Daemon:
             await self._publish_logged(out.report)
             if out.restated is not None:
                 await self._publish_logged(out.restated)
+        else:
+            # Never sent, so never lost: give its sequence number back, or peers would count
+            # every tick of our outage in rgd_reports_lost_total.
+            self.node.sequence = out.report.sequence - 1
         # read
         newcomers = self._drain_inbox(now)
         for _ in self.node.upkeep(now):
@@ -421,8 +448,8 @@ class Daemon:
         if self.pulsar_metrics is not None:
             self.pulsar_metrics.on_tick(out.sent, aggregate_s, calc_s)
         self.metrics.safe_share.set(1 if self.node.safe_share_active(now) else 0)
-        if self.usage_log is not None:
-            self.usage_log.maintain()
+        if self.log_guard is not None:
+            self.log_guard.maintain()
 
     async def _publish_logged(self, report: UsageReport) -> None:
         try:
@@ -432,8 +459,8 @@ class Daemon:
             log.warning("report %d not published: %s", report.sequence, exc)
             return
         self.metrics.reports_published.inc()
-        if self.usage_log is not None:
-            self.usage_log.append_published(data)
+        if self.log_guard is not None:
+            self.log_guard.append_published(data)
 
     def _drain_inbox(self, now: float) -> list[str]:
         """Fold everything received since the last tick; returns new members."""
@@ -457,8 +484,8 @@ class Daemon:
                 self.metrics.evictions.labels(EVICT_LEAVING).inc()
             elif receipt.new_member:
                 newcomers.append(receipt.report.daemon_id)
-            if self.usage_log is not None:
-                self.usage_log.append_receipt(receipt.report, msg.data, time.time())
+            if self.log_guard is not None:
+                self.log_guard.append_receipt(receipt.report, msg.data, time.time())
         return newcomers
 
     # -- admin stats -----------------------------------------------------------------------

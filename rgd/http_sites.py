@@ -21,6 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from rgd.connection_guard import ConnectionGuard, GuardedTCPSite, GuardedUnixSite
 from rgd.settings import ListenAddress
 
 __all__ = ["SocketInUse", "bound_tcp_port", "prepare_unix_path", "remove_unix_socket", "start_sites"]
@@ -57,17 +58,25 @@ def prepare_unix_path(path: str) -> None:
     raise SocketInUse(errno.EADDRINUSE, f"listen: unix:{path} is in use by a running process")
 
 
-async def start_sites(runner: web.AppRunner, addresses: list[ListenAddress]) -> list[tuple[str, int]]:
-    """Bind every address; returns (path, inode) of each unix socket made, for cleanup."""
+async def start_sites(
+    runner: web.AppRunner, addresses: list[ListenAddress], guard: ConnectionGuard | None = None,
+) -> list[tuple[str, int]]:
+    """Bind every address; returns (path, inode) of each unix socket made, for cleanup.
+
+    With a guard, every listener's connections count against one connection limit (TCP and
+    unix alike: both hold file descriptors)."""
     made: list[tuple[str, int]] = []
     for addr in addresses:
         if addr.is_unix:
             prepare_unix_path(addr.path)
-            await web.UnixSite(runner, addr.path).start()
+            unix = web.UnixSite(runner, addr.path) if guard is None else GuardedUnixSite(runner, guard, addr.path)
+            await unix.start()
             os.chmod(addr.path, SOCKET_MODE)
             made.append((addr.path, os.stat(addr.path).st_ino))
         else:
-            await web.TCPSite(runner, addr.host, addr.port, reuse_address=True, backlog=1024).start()
+            tcp = (web.TCPSite(runner, addr.host, addr.port, reuse_address=True, backlog=1024) if guard is None
+                   else GuardedTCPSite(runner, guard, addr.host, addr.port, reuse_address=True, backlog=1024))
+            await tcp.start()
     return made
 
 

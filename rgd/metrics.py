@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from rgd.connection_guard import connection_limit
 from rgd.groups import KINDS
 
 if TYPE_CHECKING:
@@ -82,6 +83,25 @@ class LimiterCollector(Collector):
         members = GaugeMetricFamily("rgd_cluster_members", "Daemons in the usage map (self included)")
         members.add_metric([], len(d.usage_map.members))
         yield from (admitted_m, admitted_b, throttled_m, throttled_b, events, limit, quota, used, peer, oldest, members)
+        conns = d.connection_guard  # None until the HTTP server listens: nothing open or shed yet
+        open_ = GaugeMetricFamily("rgd_http_connections", "HTTP connections open")
+        open_.add_metric([], conns.open_connections if conns else 0)
+        limit_ = GaugeMetricFamily("rgd_http_connection_limit", "HTTP connections kept open at most")
+        limit_.add_metric([], conns.limit if conns else connection_limit(d.settings.http_max_connections))
+        shed = CounterMetricFamily("rgd_http_connections_shed", "Connections closed or refused at the limit",
+                                   labels=["action"])
+        shed.add_metric(["idle_closed"], conns.counts.idle_closed if conns else 0)
+        shed.add_metric(["refused"], conns.counts.refused if conns else 0)
+        yield from (open_, limit_, shed)
+        guard = d.log_guard
+        if guard is not None:
+            failing = GaugeMetricFamily("rgd_usage_log_failing", "1 while usage log writes fail (the limiter keeps running)")
+            failing.add_metric([], 1 if guard.state.failing else 0)
+            failures = CounterMetricFamily("rgd_usage_log_failures", "Times the usage log started failing")
+            failures.add_metric([], guard.state.failures)
+            dropped = CounterMetricFamily("rgd_usage_log_dropped_records", "Log records dropped while the log was failing")
+            dropped.add_metric([], guard.state.dropped_records)
+            yield from (failing, failures, dropped)
         lag = d.log_lag()
         if lag is not None:
             for name, help_text, value in lag:
@@ -105,6 +125,10 @@ class Metrics:
             "rgd_reports_rejected", "Reports rejected, by reason", ["reason"], registry=r
         )
         self.reports_lost = Counter("rgd_reports_lost", "Reports missing from peers' sequences", registry=r)
+        self.report_namespaces_trimmed = Counter(
+            "rgd_report_namespaces_trimmed", "Namespace names left out of reports to keep them under the caps",
+            registry=r,
+        )
         self.publish_errors = Counter("rgd_report_publish_errors", "Reports that failed to publish", registry=r)
         self.evictions = Counter("rgd_evictions", "Daemons evicted from the usage map, by reason", ["reason"], registry=r)
         self.calc_seconds = Histogram(

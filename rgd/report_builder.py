@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
 from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import Collected, KindState
 from rgd.quota.model import INF, PeerUsage
 from rgd.usage_map import group_rates
-from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage
+from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 
 
 def _wire_limit(x: float) -> float:
@@ -77,4 +78,52 @@ def local_rates(gu: GroupUsage, kind: str, tick_s: float) -> tuple[float, float]
     return k.admitted_messages / tick_s, k.admitted_bytes / tick_s
 
 
-__all__ = ["group_entries", "figures", "peer_usage", "local_rates"]
+# Pulsar refuses messages over maxMessageSize (5 MB by default). A report it refuses
+# drops this daemon out of every peer's map, and the peers hand themselves its share.
+# The namespace lists are the only part of a report that brokers' asks can grow (the
+# group entries are bounded by the config), and no peer computes with them: they are
+# for the usage log's readers. So they are what gives way, never a group entry.
+MAX_NAMESPACES_PER_ENTRY = 32
+MAX_REPORT_BYTES = 4 * 1024 * 1024  # a megabyte below the broker's limit: properties, signature, framing
+
+
+@dataclass(frozen=True)
+class Trimmed:
+    namespaces: int = 0  # namespace names left out of the report
+    over_budget: bool = False  # still over MAX_REPORT_BYTES with every namespace list gone
+
+
+def _varint_len(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+def bound_report(report: UsageReport, max_namespaces: int = MAX_NAMESPACES_PER_ENTRY,
+                 max_bytes: int = MAX_REPORT_BYTES) -> Trimmed:
+    """Cap each entry's namespace list, then empty the longest lists until the report fits.
+
+    In place, before the report is serialized; group entries and their figures are
+    never touched."""
+    removed = 0
+    for gu in report.groups:
+        extra = len(gu.namespaces) - max_namespaces
+        if extra > 0:
+            del gu.namespaces[max_namespaces:]
+            removed += extra
+    size = report.ByteSize()
+    if size <= max_bytes:
+        return Trimmed(removed)
+    for gu in sorted((g for g in report.groups if g.namespaces), key=lambda g: -g.ByteSize()):
+        before = gu.ByteSize()
+        removed += len(gu.namespaces)
+        del gu.namespaces[:]
+        after = gu.ByteSize()
+        size -= before + _varint_len(before) - after - _varint_len(after)  # the entry and its length prefix
+        if size <= max_bytes:
+            break
+    return Trimmed(removed, report.ByteSize() > max_bytes)
+
+
+__all__ = [
+    "MAX_NAMESPACES_PER_ENTRY", "MAX_REPORT_BYTES", "Trimmed", "bound_report",
+    "group_entries", "figures", "peer_usage", "local_rates",
+]

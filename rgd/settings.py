@@ -88,6 +88,8 @@ class Settings:
     outage_grace: float = 10.0  # seconds without the broker before the safe share applies
     event_loop: str = "auto"  # auto (uvloop when installed), uvloop, asyncio
     pulsar_metrics: bool = False  # also export Pulsar's pulsar_resource_group_* metrics
+    http_idle_timeout: float = 15.0  # close a connection idle (or trickling headers) this long
+    http_max_connections: int = 4096  # lowered to the fd limit minus a reserve at start
 
     @property
     def listen_addresses(self) -> list[ListenAddress]:
@@ -126,6 +128,9 @@ HELP: dict[str, str] = {
     "outage_grace": "seconds without the broker before falling back to a safe share",
     "event_loop": "auto (uvloop when installed: about 20 % more batch decisions/s), uvloop or asyncio",
     "pulsar_metrics": "also export Pulsar's resource-group metrics (pulsar_resource_group_*, labels ResourceGroup, MonitoringClass) for Pulsar dashboards",
+    "http_idle_timeout": "close an HTTP connection idle, or sending its request this slowly, for this many seconds",
+    "http_max_connections": "HTTP connections kept open at most (capped at the fd limit minus 128); "
+                            "the oldest idle ones close to make room",
 }
 
 
@@ -199,6 +204,10 @@ def validate(s: Settings, source: str = "settings") -> Settings:
         fail("report_every", "must be >= 0")
     if s.outage_grace < 0:
         fail("outage_grace", "must be >= 0")
+    if s.http_idle_timeout <= 0:
+        fail("http_idle_timeout", "must be > 0 seconds")
+    if s.http_max_connections < 1:
+        fail("http_max_connections", "must be >= 1")
     if s.event_loop not in ("auto", "uvloop", "asyncio"):
         fail("event_loop", f"{s.event_loop!r} is not one of auto, uvloop, asyncio")
     if s.pulsar_url and not s.pulsar_url.startswith(("pulsar://", "pulsar+ssl://")):

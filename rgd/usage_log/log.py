@@ -186,6 +186,8 @@ class UsageLog:
     def maintain(self) -> None:
         """Flush, roll by age, collect finished copies, queue new ones, apply the retention."""
         now = self.clock()
+        if self._writer.closed:  # a roll failed half way (full disk): finish it first
+            self.roll()
         w = self._writer
         w.flush()
         if w.first_write is not None and now - w.first_write >= self.segment_max_age_s:

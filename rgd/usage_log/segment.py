@@ -231,6 +231,7 @@ class SegmentWriter:
         self.path = directory / open_name(daemon_id, first_index)
         self._fh = open(self.path, "ab", buffering=buffer_size)
         self.size = self._fh.tell()
+        self._done: tuple[ClosedSegment | None] | None = None  # close()'s result once it succeeded
 
     @property
     def records(self) -> int:
@@ -246,18 +247,31 @@ class SegmentWriter:
     def flush(self) -> None:
         self._fh.flush()
 
+    @property
+    def closed(self) -> bool:
+        """The handle is shut: a close ran (perhaps failed half way, to be called again)."""
+        return self._fh.closed
+
     def close(self, now: float) -> ClosedSegment | None:
-        """Flush, fsync and rename to the closed name; an empty segment is left open, named."""
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
+        """Flush, fsync and rename to the closed name; an empty segment is left open, named.
+
+        Safe to call again after it raised (a full disk fails the flush, the fsync or
+        the rename): each step that already succeeded is not repeated."""
+        if self._done is not None:
+            return self._done[0]
+        if not self._fh.closed:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
         if self.records == 0:
+            self._done = (None,)
             return None
         last = self.next_index - 1
         final = self.directory / closed_name(self.daemon_id, self.first_index, last)
         os.replace(self.path, final)
         fsync_dir(self.directory)
-        return ClosedSegment(final, self.first_index, last, self.size, now)
+        self._done = (ClosedSegment(final, self.first_index, last, self.size, now),)
+        return self._done[0]
 
     def abandon(self) -> None:
         """Close the file handle without renaming (used when the segment is empty)."""

@@ -1,0 +1,96 @@
+"""Idle and slow connections time out, and a connection limit below the fd limit keeps
+room for acquires, /metrics and /healthz.
+
+`scripts/probe_idle_connections.py` does this at scale (2,000 connections, a
+1024 fd limit) with latency and admission figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from rgd.connection_guard import FD_RESERVE, connection_limit
+
+from tests.conftest import base_url, wait_for, write_config
+
+
+def hold(port: int, n: int, partial: bool = False) -> list[socket.socket]:
+    out = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        if partial:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a header never finished
+        out.append(s)
+    return out
+
+
+def closed_by_peer(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        return s.recv(4096) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def shed(d, action: str) -> int:
+    return getattr(d.connection_guard.counts, action)
+
+
+async def test_idle_connections_make_room_and_time_out(make_daemon, http, tmp_path) -> None:
+    cfg = write_config(tmp_path / "c.yaml", {"g": {"publishRateInMsgs": 100}}, {"t/ns": "g"})
+    d = await make_daemon("a", cfg, http_max_connections=40, http_idle_timeout=1.5)
+    assert d.connection_guard.limit == 40
+    held = await asyncio.to_thread(hold, d.bound_port, 60) + await asyncio.to_thread(hold, d.bound_port, 20, True)
+    try:
+        # Closed connections leave the server's list a loop turn later: poll, don't sample.
+        await wait_for(lambda: shed(d, "idle_closed") >= 40 and d.connection_guard.open_connections <= 40, 5)
+        for path in ("/healthz", "/metrics"):
+            async with http.get(base_url(d) + path) as r:
+                assert r.status == 200
+        async with http.post(base_url(d) + "/v1/acquire", json={"namespace": "t/ns", "messages": 1}) as r:
+            assert r.status == 200
+        async with http.get(base_url(d) + "/metrics") as r:
+            text = await r.text()
+        assert 'rgd_http_connections_shed_total{action="idle_closed"}' in text
+        assert "rgd_http_connection_limit 40.0" in text
+        # Whatever the limit left open, idle or trickling a header, the idle timeout closes.
+        await wait_for(lambda: all(closed_by_peer(s) for s in held), 10)
+    finally:
+        for s in held:
+            s.close()
+
+
+async def test_when_every_connection_is_busy_a_new_one_gets_503(make_daemon, tmp_path) -> None:
+    d = await make_daemon("a", http_max_connections=3, http_idle_timeout=30)
+    busy = []
+    for _ in range(3):  # each has a request in progress: headers done, body still to come
+        s = socket.create_connection(("127.0.0.1", d.bound_port), timeout=2)
+        s.sendall(b"POST /v1/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{")
+        busy.append(s)
+    try:
+        await wait_for(lambda: d.connection_guard.open_connections == 3 and all(
+            getattr(h, "_request_in_progress", False) for h in d.connection_guard.server.connections), 5)
+
+        def ask() -> bytes:
+            with socket.create_connection(("127.0.0.1", d.bound_port), timeout=2) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                return s.recv(4096)
+
+        answer = await asyncio.to_thread(ask)
+        assert answer.startswith(b"HTTP/1.1 503") and b"too many connections" in answer
+        assert shed(d, "refused") == 1 and shed(d, "idle_closed") == 0
+    finally:
+        for s in busy:
+            s.close()
+
+
+def test_the_limit_stays_under_the_fd_limit() -> None:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert connection_limit(10**9) == (10**9 if soft == resource.RLIM_INFINITY else soft - FD_RESERVE)
+    assert connection_limit(5) == 5
