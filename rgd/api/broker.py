@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from rgd.api.errors import ApiError, as_json_error, bad_request, json_errors, json_response
-from rgd.api.requests import Ask, parse_body
+from rgd.api.requests import Ask, namespace_ok, parse_body
 from rgd.groups import KINDS
 from rgd.limiter import BatchOutcome, Decision, full_quota
 from rgd.token_bucket import INF
@@ -178,7 +178,7 @@ def _rate_doc(msgs: float, nbytes: float) -> dict[str, float | None]:
 async def quota(request: web.Request) -> web.Response:
     daemon = request.app[DAEMON]
     ns = request.query.get("namespace")
-    if not ns or ns.count("/") != 1:
+    if not ns or not namespace_ok(ns):  # the same shape rule as /v1/acquire's bodies
         raise bad_request(f"namespace: query parameter must be 'tenant/namespace', got {ns!r}")
     group = daemon.config.effective.resolve(ns, request.query.get("topic"))
     if group is None:
