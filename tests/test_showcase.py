@@ -1,5 +1,6 @@
 """`rgd up`, the README's main command, runs end to end and exits 0; what it prints."""
 
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +30,12 @@ def test_rgd_up_runs_and_exits_zero(tmp_path: Path):
     assert "{'" not in proc.stdout, "a Python dict printed for people"
     assert " WARN " not in proc.stderr, "Spark's log lines among the progress lines"
     assert (run / "report" / "spark.log").stat().st_size > 0
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    # The daemons tick once a second; early reports between ticks must not set the report's grid.
+    assert summary["grid_ms"] == 1000, summary["grid_ms"]
+    for group, doc in summary["groups"].items():
+        for d in doc["dims"].values():  # 360/s offered against a 300/s quota: the quota is used, not exceeded
+            assert 0.8 * 300 <= d["admitted_mean"] <= 1.05 * 300, (group, d["admitted_mean"])
 
 
 def test_a_short_run_into_a_pipe_prints_its_table(tmp_path: Path):

@@ -426,7 +426,7 @@ def _sample_grid(segments: list[tuple[str, int]], limit: int = 32) -> tuple[int 
     known before decoding; the earliest bucket only places the chunk origin
     (data before it is handled, just in an extra chunk).
     """
-    from rgd.report.decode import R_OK, R_PUB_MS, R_TICK_MS, decode_segment
+    from rgd.report.decode import R_NGROUPS, R_OK, R_PUB_MS, R_TICK_MS, decode_segment
 
     firsts: dict[str, tuple[int, str]] = {}
     for uri, _ in segments:
@@ -445,7 +445,10 @@ def _sample_grid(segments: list[tuple[str, int]], limit: int = 32) -> tuple[int 
         if not r.size:
             continue
         r = r[r[:, R_OK] == 1]
-        seen.update(int(t) for t in r[:, R_TICK_MS].tolist() if t > 0)
+        # The tick is what reports WITH counts say: early reports and restatements carry a
+        # fraction of a tick (their window) and, between ticks, can outnumber tick reports.
+        counted = r[r[:, R_NGROUPS] > 0]
+        seen.update(int(t) for t in (counted if counted.shape[0] else r)[:, R_TICK_MS].tolist() if t > 0)
         if r.shape[0]:
             earliest = int(r[:, R_PUB_MS].min()) if earliest is None else min(earliest, int(r[:, R_PUB_MS].min()))
     return (seen.most_common(1)[0][0] if seen else None), earliest
