@@ -237,10 +237,34 @@ class ClusterNode:
             self.all_dirty = False
 
     def apply_config(self) -> None:
-        """After a config change: drop deleted groups' buckets, recompute now."""
-        for name in {g for g, _ in self.limiter.states} - set(self.groups()):
-            self.limiter.forget(name)
+        """After a config change: forget deleted groups everywhere, recompute now."""
+        existing = set(self.groups())
+        known = ({g for g, _ in self.limiter.states} | set(self.suppression_state.last_sent)
+                 | set(self.usage_map.groups) | set(self.history.entries) | set(self._last_figures))
+        for name in known - existing:
+            self.forget_group(name)
         self.recompute()
+
+    def forget_group(self, name: str) -> None:
+        """A deleted group leaves every piece of state, so no later report names it: its
+        bucket, its suppression and early-report state, our history, and the map's entries
+        (ours and peers'; peers delete it from their maps on the same config change, and a
+        late report of theirs that still names it only recreates entries no calculator reads,
+        which the keeper expires like any idle entry)."""
+        self.limiter.forget(name)
+        self.suppression_state.last_sent.pop(name, None)
+        self.suppression_state.skipped.pop(name, None)
+        self.usage_map.groups.pop(name, None)
+        for key in [k for k in self.keeper.streak if k[1] == name]:
+            del self.keeper.streak[key]
+        self.history.forget(name)
+        for d in (self._entries, self._last_figures, self._early_at, self._window_figures, self._window_entries):
+            d.pop(name, None)
+        for key in [k for k in self._born if k[0] == name]:
+            del self._born[key]
+        self._sent_this_tick.discard(name)
+        self._early_this_tick.discard(name)
+        self.dirty.discard(name)
 
     # -- the tick ---------------------------------------------------------------------------
 
