@@ -50,6 +50,31 @@ from rgd.usage_map import UsageMap
 REJECT_OWN = "own"  # our own report echoed by the topic: ignored, not an error
 EARLY_BUDGET_MIN = 8  # early report entries per tick a daemon with few groups may always send
 NEW_BUCKET_SECONDS = 0.05  # see start_seconds_for
+# A window's demand must differ from the last reported one by more than this many messages
+# counted in the window (see moved_beyond_counting).
+EARLY_MIN_EVENTS = 2.0
+
+
+def moved_beyond_counting(last: tuple[float, ...], now: tuple[float, ...], tolerance: float,
+                          window_ticks: float) -> bool:
+    """Whether a window's figures (rgd.report_builder.figures, per tick) moved beyond the
+    tolerance *and* beyond what counting whole messages in a short window can tell apart.
+    A window of w ticks counts rate * w messages, give or take one: at 4 msg/s a 0.4 s
+    window reads 2.5 or 5 msg/s, both "moved" by the tolerance alone, and an early report
+    of either would set every peer's view (and our own, as the min of what peers may hold)
+    to a demand that never was. A figure counts as moved only if its difference over the
+    window exceeds EARLY_MIN_EVENTS messages (in bytes: that many messages of the kind's
+    mean size), so a real step (4 -> 16 msg/s) is still reported within the window."""
+    for k in range(0, min(len(last), len(now)), 4):
+        a, b = last[k:k + 4], now[k:k + 4]
+        msgs = max(b[0] + b[2], a[0] + a[2])
+        size = (max(b[1] + b[3], a[1] + a[3]) / msgs) if msgs > 0 else 0.0
+        for i, (x, y) in enumerate(zip(a, b)):
+            unit = size if i % 2 else 1.0
+            diff = abs(x - y)
+            if diff > tolerance * max(abs(x), abs(y)) and diff * window_ticks > EARLY_MIN_EVENTS * unit:
+                return True
+    return len(last) != len(now)
 
 
 @dataclass(frozen=True)
@@ -475,7 +500,9 @@ class ClusterNode:
             if last is None:
                 changed = not idle
             else:
-                changed = (idle and any(last)) or moved(last, now_figures, self.config.suppression.tolerance)
+                # Going idle is a move like any other: a slow group's window may count nothing.
+                changed = moved_beyond_counting(last, now_figures, self.config.suppression.tolerance,
+                                                span / tick_s)
             if changed and len(send) < budget:
                 send.append(name)
                 self._last_figures[name] = now_figures
@@ -518,6 +545,6 @@ class ClusterNode:
 
 
 __all__ = [
-    "ClusterNode", "EARLY_BUDGET_MIN", "NEW_BUCKET_SECONDS", "NodeConfig", "REJECT_OWN", "Receipt", "TickReport",
-    "start_seconds_for",
+    "ClusterNode", "EARLY_BUDGET_MIN", "EARLY_MIN_EVENTS", "NEW_BUCKET_SECONDS", "NodeConfig", "REJECT_OWN", "Receipt", "TickReport",
+    "moved_beyond_counting", "start_seconds_for",
 ]
