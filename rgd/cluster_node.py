@@ -50,6 +50,31 @@ from rgd.usage_map import UsageMap
 REJECT_OWN = "own"  # our own report echoed by the topic: ignored, not an error
 EARLY_BUDGET_MIN = 8  # early report entries per tick a daemon with few groups may always send
 NEW_BUCKET_SECONDS = 0.05  # see start_seconds_for
+# A window's demand must differ from the last reported one by more than this many messages
+# counted in the window (see moved_beyond_counting).
+EARLY_MIN_EVENTS = 2.0
+
+
+def moved_beyond_counting(last: tuple[float, ...], now: tuple[float, ...], tolerance: float,
+                          window_ticks: float) -> bool:
+    """Whether a window's figures (rgd.report_builder.figures, per tick) moved beyond the
+    tolerance *and* beyond what counting whole messages in a short window can tell apart.
+    A window of w ticks counts rate * w messages, give or take one: at 4 msg/s a 0.4 s
+    window reads 2.5 or 5 msg/s, both "moved" by the tolerance alone, and an early report
+    of either would set every peer's view (and our own, as the min of what peers may hold)
+    to a demand that never was. A figure counts as moved only if its difference over the
+    window exceeds EARLY_MIN_EVENTS messages (in bytes: that many messages of the kind's
+    mean size), so a real step (4 -> 16 msg/s) is still reported within the window."""
+    for k in range(0, min(len(last), len(now)), 4):
+        a, b = last[k:k + 4], now[k:k + 4]
+        msgs = max(b[0] + b[2], a[0] + a[2])
+        size = (max(b[1] + b[3], a[1] + a[3]) / msgs) if msgs > 0 else 0.0
+        for i, (x, y) in enumerate(zip(a, b)):
+            unit = size if i % 2 else 1.0
+            diff = abs(x - y)
+            if diff > tolerance * max(abs(x), abs(y)) and diff * window_ticks > EARLY_MIN_EVENTS * unit:
+                return True
+    return len(last) != len(now)
 
 
 @dataclass(frozen=True)
@@ -237,10 +262,34 @@ class ClusterNode:
             self.all_dirty = False
 
     def apply_config(self) -> None:
-        """After a config change: drop deleted groups' buckets, recompute now."""
-        for name in {g for g, _ in self.limiter.states} - set(self.groups()):
-            self.limiter.forget(name)
+        """After a config change: forget deleted groups everywhere, recompute now."""
+        existing = set(self.groups())
+        known = ({g for g, _ in self.limiter.states} | set(self.suppression_state.last_sent)
+                 | set(self.usage_map.groups) | set(self.history.entries) | set(self._last_figures))
+        for name in known - existing:
+            self.forget_group(name)
         self.recompute()
+
+    def forget_group(self, name: str) -> None:
+        """A deleted group leaves every piece of state, so no later report names it: its
+        bucket, its suppression and early-report state, our history, and the map's entries
+        (ours and peers'; peers delete it from their maps on the same config change, and a
+        late report of theirs that still names it only recreates entries no calculator reads,
+        which the keeper expires like any idle entry)."""
+        self.limiter.forget(name)
+        self.suppression_state.last_sent.pop(name, None)
+        self.suppression_state.skipped.pop(name, None)
+        self.usage_map.groups.pop(name, None)
+        for key in [k for k in self.keeper.streak if k[1] == name]:
+            del self.keeper.streak[key]
+        self.history.forget(name)
+        for d in (self._entries, self._last_figures, self._early_at, self._window_figures, self._window_entries):
+            d.pop(name, None)
+        for key in [k for k in self._born if k[0] == name]:
+            del self._born[key]
+        self._sent_this_tick.discard(name)
+        self._early_this_tick.discard(name)
+        self.dirty.discard(name)
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -451,7 +500,9 @@ class ClusterNode:
             if last is None:
                 changed = not idle
             else:
-                changed = (idle and any(last)) or moved(last, now_figures, self.config.suppression.tolerance)
+                # Going idle is a move like any other: a slow group's window may count nothing.
+                changed = moved_beyond_counting(last, now_figures, self.config.suppression.tolerance,
+                                                span / tick_s)
             if changed and len(send) < budget:
                 send.append(name)
                 self._last_figures[name] = now_figures
@@ -494,6 +545,6 @@ class ClusterNode:
 
 
 __all__ = [
-    "ClusterNode", "EARLY_BUDGET_MIN", "NEW_BUCKET_SECONDS", "NodeConfig", "REJECT_OWN", "Receipt", "TickReport",
-    "start_seconds_for",
+    "ClusterNode", "EARLY_BUDGET_MIN", "EARLY_MIN_EVENTS", "NEW_BUCKET_SECONDS", "NodeConfig", "REJECT_OWN", "Receipt", "TickReport",
+    "moved_beyond_counting", "start_seconds_for",
 ]

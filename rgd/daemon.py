@@ -64,7 +64,7 @@ class Daemon:
         self.node = ClusterNode(
             NodeConfig(
                 settings.id, settings.tick, settings.strategy,
-                QuotaParams(burst_seconds=settings.burst),
+                QuotaParams(burst_seconds=settings.burst, counting_window=settings.tick),
                 SuppressionPolicy(settings.report_tolerance, settings.report_every),
                 settings.ttl_ticks, True, settings.burst, settings.max_debt, settings.outage_grace,
                 react_seconds=settings.tick / REACTS_PER_TICK, start_seconds=start_seconds_for(settings.strategy),

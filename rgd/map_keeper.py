@@ -55,10 +55,12 @@ class MapKeeper:
             key = (sender, group)
             if group in mentioned:
                 self.streak[key] = 0
+            elif result.lost or new:
+                # A gap, whatever report reveals it (an early report or restatement too): the
+                # group may have been in the lost report.
+                self.streak[key] = 0
             elif report.restatement:
                 continue  # an early or announcement report names only some groups: no evidence
-            elif result.lost or new:
-                self.streak[key] = 0  # a gap: the group may have been in a lost report
             else:
                 self.streak[key] = self.streak.get(key, 0) + 1
         return result, new

@@ -159,3 +159,44 @@ def test_a_daemon_whose_peers_went_silent_does_not_take_the_whole_quota() -> Non
     n.history.add("g", clock.t - 5, demand(50))
     n.usage_map.set_local("a", "g", demand(50), clock.t)
     assert n.limits_for(G)["publish"][0] < 300  # its demand plus headroom, not the quota
+
+
+def test_a_slow_group_counting_noise_is_not_reported_early_but_a_real_step_is() -> None:
+    from rgd.cluster_node import moved_beyond_counting
+
+    def fig(msgs: float, size: float = 100.0) -> tuple[float, ...]:
+        # (admitted msgs, admitted bytes, throttled msgs, throttled bytes) per kind, per tick
+        return (msgs, msgs * size, 0.0, 0.0) + (0.0,) * 8
+
+    # 4 msg/s counted over 0.4 s reads 1 or 2 messages (2.5 or 5 msg/s): 37 % "moves", noise.
+    assert not moved_beyond_counting(fig(4), fig(2.5), 0.10, 0.4)
+    assert not moved_beyond_counting(fig(4), fig(5), 0.10, 0.4)
+    assert not moved_beyond_counting(fig(4), fig(0), 0.10, 0.4)  # an empty window is no "went idle"
+    assert moved_beyond_counting(fig(4), fig(16), 0.10, 0.4)  # 1.6 -> 6.4 messages in the window
+    assert moved_beyond_counting(fig(100), fig(0), 0.10, 0.4)  # 40 expected, none came: idle
+    assert moved_beyond_counting(fig(100), fig(120), 0.10, 0.4)  # 8 messages more, 20 %
+    assert not moved_beyond_counting(fig(100), fig(105), 0.10, 0.4)  # within the tolerance
+    # bytes move alone (the size changed) by more than two messages' worth: reported
+    assert moved_beyond_counting(fig(100, 100.0), fig(100, 150.0), 0.10, 0.4)
+
+
+def test_a_deleted_group_leaves_every_piece_of_state() -> None:
+    clock = Clock()
+    groups = {"g": G, "h": ResourceGroup("h", publish_msgs=100)}
+    n = ClusterNode(NodeConfig("a"), 1, clock, wall_ms, lambda: groups)
+    clock.t += 1.0
+    for t in range(3):
+        for _ in range(10):
+            n.limiter.acquire(G, "publish", 1, 100, "g/ns", now=clock.t)
+            n.limiter.acquire(groups["h"], "publish", 1, 100, "h/ns", now=clock.t)
+        clock.t += 0.1
+        n.early_report(clock.t)
+    n.tick_report(clock.t)
+    assert "g" in n.suppression_state.last_sent and "g" in n.usage_map.groups
+    del groups["g"]  # deleted while it still has traffic
+    n.apply_config()
+    clock.t += 1.0
+    tick = n.tick_report(clock.t)  # raised KeyError: suppression still named "g"
+    assert "g" not in tick.sent and [g.group for g in tick.report.groups] == ["h"]
+    assert "g" not in n.suppression_state.last_sent and "g" not in n.usage_map.groups
+    assert "g" not in n.history.entries and ("g", "publish") not in n.limiter.states

@@ -80,8 +80,6 @@ def test_no_other_strategy_converges_better_on_the_corpus() -> None:
         assert key(other) <= key("rgd"), (other, key(other), key("rgd"))
 
 
-@pytest.mark.xfail(strict=True, reason="rgd/cluster_node.py: deleting a group that still has a suppression "
-                                       "entry raises KeyError in ClusterNode._include (fuzz seed 1 cases 3, 11, 22)")
 def test_every_corpus_run_completes() -> None:
     assert not [c.scenario for c in corpus()["rgd"] if c.error]
 

@@ -74,12 +74,24 @@ def _dimension(k: KindRates, dim: str) -> tuple[float, float, float]:
     return k.demand_bytes, k.admitted_bytes, k.limit_bytes
 
 
-def dimension_inputs(usage: Mapping[str, PeerUsage], kind: str, dim: str) -> dict[str, DimensionInput]:
+def _granule(k: KindRates, dim: str, params: QuotaParams) -> float:
+    """One message per counting window in the messages dimension (QuotaParams.counting_window).
+    None in bytes: one message's bytes is demand_bytes / demand_messages, which grows when
+    the messages demand alone shrinks, and the safety argument needs every figure a daemon
+    claims to be monotone in its reported demand (see module doc)."""
+    if dim != "messages" or k.demand_messages <= 0:
+        return 0.0
+    return 1.0 / params.counting_window
+
+
+def dimension_inputs(usage: Mapping[str, PeerUsage], kind: str, dim: str,
+                     params: QuotaParams = DEFAULT_PARAMS) -> dict[str, DimensionInput]:
     """One dimension of the usage map, in the shape strategies take."""
     out: dict[str, DimensionInput] = {}
     for daemon, pu in usage.items():
-        demand, admitted, limit = _dimension(pu.kind(kind), dim)
-        out[daemon] = DimensionInput(demand, admitted, limit)
+        k = pu.kind(kind)
+        demand, admitted, limit = _dimension(k, dim)
+        out[daemon] = DimensionInput(demand, admitted, limit, _granule(k, dim, params))
     return out
 
 
@@ -92,6 +104,7 @@ def _ratio(x: float, q: float) -> float:
 
 def dominant_inputs(
     usage: Mapping[str, PeerUsage], kind: str, msgs_quota: float, bytes_quota: float,
+    params: QuotaParams = DEFAULT_PARAMS,
 ) -> dict[str, DimensionInput]:
     """One kind of the map in dominant-share units: each daemon's demand, usage and limit
     as the larger of its fractions of the messages quota and of the bytes quota."""
@@ -102,6 +115,7 @@ def dominant_inputs(
             max(k.demand_messages / msgs_quota, k.demand_bytes / bytes_quota),
             max(k.admitted_messages / msgs_quota, k.admitted_bytes / bytes_quota),
             max(_ratio(k.limit_messages, msgs_quota), _ratio(k.limit_bytes, bytes_quota)),
+            _granule(k, "messages", params) / msgs_quota,
         )
     return out
 
@@ -119,7 +133,7 @@ def _joint(
     size unknown) gets (a * M, a * B). Safe by construction: sum(x) <= sum(a) * M <= M and
     sum(x * s) <= sum(a) * B <= B for any sizes; with one size for all it is exactly
     max-min fair water-filling on the binding dimension."""
-    shares = allocate(1.0, dominant_inputs(usage, kind, msgs_quota, bytes_quota), ids, params)
+    shares = allocate(1.0, dominant_inputs(usage, kind, msgs_quota, bytes_quota, params), ids, params)
     msgs: dict[str, float] = {}
     nbytes: dict[str, float] = {}
     for daemon, a in shares.items():
@@ -158,7 +172,7 @@ def _shares(
             if rate < 0:
                 pair.append(None)
             else:
-                pair.append(allocate(float(rate), dimension_inputs(usage, kind, dim), ids, params))
+                pair.append(allocate(float(rate), dimension_inputs(usage, kind, dim, params), ids, params))
         out[kind] = (pair[0], pair[1])
     return out
 

@@ -23,6 +23,9 @@ class DimensionInput:
     demand: float = 0.0  # admitted + throttled: what its brokers asked for
     admitted: float = 0.0  # usage (what Pulsar's calculator looks at)
     limit: float = INF  # the local limit it had in force (its "lease"); INF = unlimited
+    # How far `demand` may be off by counting whole messages over the report's window: one
+    # message per window, in this dimension's unit (0: unknown or no demand).
+    granule: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,11 @@ class QuotaParams:
         gets the full share.
     cut_margin: ... only when its demand exceeds the new share by more than this
         fraction (small cuts from jitter cost less than the halved tick).
+    counting_window: seconds over which a reported demand was counted (the tick). A
+        demand of a few messages per window is known only to one message: a daemon
+        offering 1.9 msg/s reports 1 or 2 or 3. The headroom (spare permitting, so it
+        costs nobody anything when the quota binds) also covers that one message per
+        window, or a slow daemon's share follows its counting noise and throttles it.
     """
 
     newcomer_fraction: float = 0.02
@@ -57,6 +65,7 @@ class QuotaParams:
     headroom_fraction: float = 0.25
     burst_seconds: float = 1.0
     cut_margin: float = 0.05
+    counting_window: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("newcomer_fraction", "idle_reserve_fraction", "headroom_fraction", "cut_margin"):
@@ -66,6 +75,9 @@ class QuotaParams:
         b = self.burst_seconds
         if not (isinstance(b, (int, float)) and math.isfinite(b) and b >= 0):
             raise ValueError(f"QuotaParams.burst_seconds: {b!r} must be a number >= 0")
+        w = self.counting_window
+        if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
+            raise ValueError(f"QuotaParams.counting_window: {w!r} must be a number of seconds > 0")
 
 
 # allocate(quota, entries, members, params) -> {daemon: rate}; every member gets a value.

@@ -9,8 +9,10 @@ Per dimension, with quota Q and n members:
    floor: nobody gets more than it asked for, and nobody who asked for more than the
    water level gets less than anybody else.
 3. Headroom. If demand leaves spare, each active daemon may also get up to
-   headroom_fraction of its demand (water-filled over the spare), so growth does not
-   wait for a tick. Bounded, because a full spare would fill every token bucket.
+   headroom_fraction of its demand plus one message per counting window (its
+   demand's granule: counting noise of a slow daemon), water-filled over the spare,
+   so growth does not wait for a tick. Bounded, because a full spare would fill every
+   token bucket.
 4. Drain-aware cut. A daemon that was not throttled may hold a full bucket; when its
    share falls well below its demand it gets share / (1 + burst) for one tick, so its
    saved tokens plus the refill stay within the share (QuotaParams.burst_seconds).
@@ -95,7 +97,8 @@ def allocate(
     spare = pool - sum(fill)
     head = [0.0] * len(active)
     if spare > 0 and params.headroom_fraction > 0:
-        head = water_fill(spare, [params.headroom_fraction * d for d in demand])
+        head = water_fill(spare, [params.headroom_fraction * d + entries[i].granule
+                                  for i, d in zip(active, demand)])
     alloc = [phi + f + h for f, h in zip(fill, head)]
     for k, i in enumerate(active):
         if _cut_with_full_bucket(entries[i], alloc[k], params):
