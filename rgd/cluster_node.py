@@ -368,6 +368,12 @@ class ClusterNode:
             del self._born[key]
         return TickReport(report, sorted(send), len(suppressed), rates, restated)
 
+    def not_published(self, out: TickReport) -> None:
+        """The tick's report (and its restatement) never left us (no broker): give their
+        sequence numbers back. Never sent means never lost; otherwise peers would count
+        every tick of our outage as a gap in rgd_reports_lost_total."""
+        self.sequence = out.report.sequence - 1
+
     def _restate(self, names: list[str], now: float) -> UsageReport | None:
         """The current demand of groups reported early this tick, again (restatement): the
         tick report leaves them out, and a peer that lost the early report would otherwise

@@ -429,9 +429,7 @@ class Daemon:
             if out.restated is not None:
                 await self._publish_logged(out.restated)
         else:
-            # Never sent, so never lost: give its sequence number back, or peers would count
-            # every tick of our outage in rgd_reports_lost_total.
-            self.node.sequence = out.report.sequence - 1
+            self.node.not_published(out)
         # read
         newcomers = self._drain_inbox(now)
         for _ in self.node.upkeep(now):

@@ -42,6 +42,15 @@ def settle(c: Cluster, ticks: float = 1.5) -> None:
     time.sleep(ticks * c.tick)  # every daemon has listened to the topic for a tick
 
 
+def start_three(c: Cluster) -> None:
+    """d1..d3 started together (not one after another) and settled: each has heard the others."""
+    for name in ("d1", "d2", "d3"):
+        c.start(name, wait=False)
+    for name in ("d1", "d2", "d3"):
+        c.daemons[name].wait_ready()
+    settle(c, 2.0)
+
+
 def test_a_lone_daemon_admits_the_new_groups_quota_in_its_first_second(cluster):
     d = cluster.start("d1")
     settle(cluster)
@@ -55,11 +64,7 @@ def test_a_lone_daemon_admits_the_new_groups_quota_in_its_first_second(cluster):
 def test_a_new_group_with_even_demand_is_mostly_used_in_its_first_second(broker, tmp_path):
     c = Cluster(broker.url, tmp_path, quota=300)
     try:
-        for name in ("d1", "d2", "d3"):
-            c.start(name, wait=False)
-        for name in ("d1", "d2", "d3"):
-            c.daemons[name].wait_ready()
-        settle(c, 2.0)
+        start_three(c)
         counts = probe.Counts()
         streams = [(d.url, (n, "gold"), f"acme/{n}", lambda _t: 120.0) for n, d in c.daemons.items()]
         asyncio.run(probe.run_load(streams, 1.5, counts))
@@ -81,11 +86,7 @@ def test_rgd_ups_rotating_load_follows_each_shift_without_exceeding_the_quota(br
     c.config.write_text(yaml.safe_dump(doc))
     seconds = 25.0
     try:
-        for name in ("d1", "d2", "d3"):
-            c.start(name, wait=False)
-        for name in ("d1", "d2", "d3"):
-            c.daemons[name].wait_ready()
-        settle(c, 2.0)
+        start_three(c)
         names = list(c.daemons)
         counts = probe.Counts()
         streams = []
