@@ -379,7 +379,7 @@ def print_summary(fig: dict[str, Any]) -> None:
         r = fig[f"{case}_over_single_per_cpu_s"]["per_round"]
         print(f"  {case:<30} {fmt(f['per_round'])} dec/CPU-s = {', '.join(f'{x:.1f}x' for x in r)} single  "
               f"target >= {target:,}  {'MET' if f['met'] else 'BELOW TARGET'}")
-    for body in ("single", "batch_10ns") if f"unix_over_tcp_single_req_per_s" in fig else ():
+    for body in ("single", "batch_10ns") if "unix_over_tcp_single_req_per_s" in fig else ():
         rq = fig[f"unix_over_tcp_{body}_req_per_s"]
         cp = fig[f"unix_over_tcp_{body}_cpu_per_request"]
         lt, lu = fig[f"tcp_{body}_latency_ms"], fig[f"unix_{body}_latency_ms"]

@@ -22,33 +22,42 @@ from typing import Any
 from aiohttp import web
 
 from rgd.api.app import build_app
+from rgd.broker_liveness import BrokerLiveness, echo_deadline
 from rgd.config_file import ConfigDocument, ConfigError
 from rgd.config_reload import ConfigReloader
 from rgd.connection_guard import ConnectionGuard, connection_limit
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
-from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
+from rgd.cluster_node import REJECT_OWN, ClusterNode, LimitInputs, NodeConfig, Resume, evaluate, start_seconds_for
 from rgd.groups import KINDS, ResourceGroup
 from rgd.http_sites import bound_tcp_port, remove_unix_socket, start_sites
 from rgd.limiter import Limiter
 from rgd.metrics import Metrics
 from rgd.pulsar_metrics import PulsarMetrics
 from rgd.quota.inputs import QuotaParams
-from rgd.quota.model import INF
+from rgd.quota.model import INF, GroupLimits
 from rgd.report_builder import bound_report
-from rgd.report_codec import HmacKeys
+from rgd.report_codec import HmacKeys, serialize_report
 from rgd.settings import Settings
 from rgd.suppression import SuppressionPolicy
 from rgd.transport import PulsarSession, Received
 from rgd.usage_log import UsageLog
 from rgd.usage_log.guard import LogGuard
+from rgd.usage_log.resume import resume_from_log
 from rgd.usage_map import EVICT_LEAVING, EVICT_TTL, UsageMap
 from rgd.wire.usage_report_pb2 import UsageReport
 
 log = logging.getLogger("rgd.daemon")
 
 MAX_INBOX = 10_000  # reports waiting to be folded; beyond this the oldest are dropped
+# ... and beyond this many bytes: 99 peers' 5 000-group reports are ~0.5 MB each, so a daemon
+# that falls behind would otherwise hold gigabytes of reports it will fold too late anyway.
+MAX_INBOX_BYTES = 64 * 1024 * 1024
 REACTS_PER_TICK = 20  # between ticks: fold, early reports, recompute what changed, this often
+MEMBER_ADMISSIONS_PER_TICK = 2.0  # unsigned reports: new daemon ids admitted per tick after a burst of 8
+INLINE_GROUPS = 250  # a recompute of more groups runs the calculator off the event loop, this many at a time
+DRAIN_SLICE = 0.004  # folding reports yields to the loop this often (seconds)
+CALC_DUTY = 0.5  # large recomputes take at most this share of the time (see Daemon.recompute)
 
 
 class Daemon:
@@ -61,25 +70,33 @@ class Daemon:
         self.config_doc = config_doc
         if config_doc is not None:
             self.config.set_base(config_doc.registry)
+        node_config = NodeConfig(
+            settings.id, settings.tick, settings.strategy,
+            QuotaParams(burst_seconds=settings.burst, counting_window=settings.tick),
+            SuppressionPolicy(settings.report_tolerance, settings.report_every),
+            settings.ttl_ticks, True, settings.burst, settings.max_debt, settings.outage_grace,
+            react_seconds=settings.tick / REACTS_PER_TICK, start_seconds=start_seconds_for(settings.strategy),
+            member_admissions_per_tick=MEMBER_ADMISSIONS_PER_TICK,
+        )
         self.node = ClusterNode(
-            NodeConfig(
-                settings.id, settings.tick, settings.strategy,
-                QuotaParams(burst_seconds=settings.burst, counting_window=settings.tick),
-                SuppressionPolicy(settings.report_tolerance, settings.report_every),
-                settings.ttl_ticks, True, settings.burst, settings.max_debt, settings.outage_grace,
-                react_seconds=settings.tick / REACTS_PER_TICK, start_seconds=start_seconds_for(settings.strategy),
-            ),
+            node_config,
             self.incarnation, self.clock, lambda _now: int(time.time() * 1000),
             lambda: self.config.effective.groups,
             HmacKeys.load(settings.report_hmac_keys_file) if settings.report_hmac_keys_file else None,
             hearing=False,  # until the session is open: a tick of listening starts then
+            resume=self._resume_state(node_config),
         )
         self.limiter: Limiter = self.node.limiter  # the node's, for good: a plain attribute for the hot path
         self.admin_tokens = _load_tokens(settings.admin_tokens_file)
         self.last_local_rates: dict[tuple[str, str], tuple[float, float]] = {}
         self.inbox: asyncio.Queue[Received] = asyncio.Queue(MAX_INBOX)
+        self.inbox_bytes = 0
         self.session: PulsarSession | None = None
+        # Whether the broker carries messages, not just whether its socket is open.
+        self.liveness = BrokerLiveness(echo_deadline(settings.tick), self.clock())
+        self._unresponsive: str | None = None  # why the broker counted as not answering at the last check
         self.pending_changes: list[ConfigChange] = []
+        self._flushing = asyncio.Lock()  # one flush at a time: each publishes the head, then pops it
         self.broker: EmbeddedBroker | None = None
         self.pulsar_url = settings.pulsar_url
         self.usage_log: UsageLog | None = None
@@ -87,11 +104,31 @@ class Daemon:
         self.log_guard: LogGuard | None = None  # every log call goes through it: a full disk never stops a tick
         self.started = False
         self._tasks: list[asyncio.Task] = []
+        self._calculating = False  # a recompute is running its calculator off the loop
+        self._calc_resume_at = 0.0  # ... and the next large one waits until then (CALC_DUTY)
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None  # the first TCP address's port; None with unix sockets only
         self._unix_sockets: list[tuple[str, int]] = []
         self.metrics.attach(self)
         self.pulsar_metrics = PulsarMetrics(self, self.metrics.registry) if settings.pulsar_metrics else None
+
+    def _resume_state(self, config: NodeConfig) -> Resume | None:
+        """A same-id restart resumes from what our predecessor left in the usage log
+        (rgd.cluster_node.Resume); a log we cannot read means starting as a newcomer."""
+        tick = config.tick_seconds
+        try:
+            resume = resume_from_log(
+                self.settings.log_dir, self.settings.id, time.time(), self.clock(),
+                window_s=config.safety_ttl_ticks * tick, refresh_reports=config.suppression.max_skipped_ticks + 1,
+                ttl_s=config.ttl_ticks * tick,
+            )
+        except Exception as exc:  # noqa: BLE001 - never a reason not to start
+            log.warning("usage log at %s not read to resume from: %s", self.settings.log_dir, exc)
+            return None
+        if resume is not None:
+            log.info("resuming: %d group entries peers may still count for us, %d members to hear",
+                     len(resume.entries), len(resume.members))
+        return resume
 
     @property
     def usage_map(self) -> UsageMap:
@@ -102,8 +139,14 @@ class Daemon:
         return self.node.ticks
 
     @property
-    def connected(self) -> bool:
+    def session_open(self) -> bool:
+        """The Pulsar client says its connections are up (a frozen broker's stay up too)."""
         return self.session is not None and self.session.connected
+
+    @property
+    def connected(self) -> bool:
+        """The broker carries our messages: the session is open and our reports come back."""
+        return self.session_open and self.liveness.unresponsive(self.clock()) is None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -150,7 +193,10 @@ class Daemon:
         if not self.started:
             return
         self.started = False
-        if self.connected:
+        # Whenever the session is open, even if our last report has not come back yet: a
+        # peer that misses the leaving report waits out the TTL with our share idle, while
+        # a broker that is really frozen costs at most the 2 s bound below.
+        if self.session_open:
             try:
                 data = await asyncio.wait_for(self._publish(self.node.leaving_report(self.clock())), 2.0)
                 if self.log_guard is not None:
@@ -206,11 +252,20 @@ class Daemon:
 
     # -- readiness -------------------------------------------------------------------------
 
+    def refresh_liveness(self) -> bool:
+        """Check the broker now, between ticks: /readyz and /metrics then agree with each
+        other and with the log, whatever the tick phase (a frozen broker sends nothing that
+        would wake `react`, so without this the gauge lagged /readyz by up to a tick)."""
+        if self.ticks == 0:  # starting: the first tick makes the first check
+            return self.connected
+        return self._check_broker(self.clock())
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        connected = self.connected
+        connected = self.refresh_liveness()
         detail = {
             "broker_connected": connected,
             "broker_url": self.pulsar_url,
+            "broker_unresponsive": self._unresponsive if self.ticks else None,
             "ticks": self.ticks,
             "members": sorted(self.node.members()),
             "safe_share": self.node.safe_share_active(),
@@ -246,6 +301,7 @@ class Daemon:
                 backoff = min(backoff * 2, 10.0)
                 continue
             backoff = 0.2
+            self.liveness.reset(self.clock())
             self.session = session
             if self.node.set_hearing(True, self.clock()) and self.node.ticks:
                 log.info("broker reachable again; reconverging")
@@ -271,10 +327,11 @@ class Daemon:
     async def _receive_loop(self, session: PulsarSession) -> None:
         while True:
             msg = await session.receive_report()
-            if self.inbox.full():
-                self.inbox.get_nowait()
+            while self.inbox.full() or (self.inbox_bytes + len(msg.data) > MAX_INBOX_BYTES and not self.inbox.empty()):
+                self.inbox_bytes -= len(self.inbox.get_nowait().data)
                 self.metrics.reports_rejected.labels("inbox_full").inc()
             self.inbox.put_nowait(msg)
+            self.inbox_bytes += len(msg.data)
 
     async def _config_loop(self, session: PulsarSession) -> None:
         while True:
@@ -292,8 +349,9 @@ class Daemon:
     async def submit_change(self, change: ConfigChange) -> bool:
         """An admin write: apply here at once, then publish so every daemon applies it.
 
-        Returns False when Pulsar is unreachable: the change is queued and published
-        when the session (re)opens; versions make the late publish safe."""
+        Returns False when Pulsar is unreachable or does not answer: the change is queued
+        and published when the session (re)opens or the broker answers again (the tick
+        flushes); versions make the late publish safe."""
         if self.config.apply(change):
             self.metrics.config_changes.inc()
             self._apply_config()
@@ -301,29 +359,34 @@ class Daemon:
         return await self._flush_changes()
 
     async def _flush_changes(self) -> bool:
-        while self.pending_changes:
-            session = self.session
-            if session is None or not session.connected:
-                return False
-            change = self.pending_changes[0]
-            try:
-                await asyncio.wait_for(session.publish_config(change.encode(), change.key), 5.0)
-            except Exception as exc:
-                log.warning("config change %s not published yet: %s", change.key, exc)
-                return False
-            self.pending_changes.pop(0)
-        return True
+        async with self._flushing:
+            while self.pending_changes:
+                session = self.session
+                if session is None or not self.connected:  # a frozen broker too: don't hold the admin call
+                    return False
+                change = self.pending_changes[0]
+                try:
+                    await asyncio.wait_for(session.publish_config(change.encode(), change.key), 5.0)
+                except Exception as exc:
+                    log.warning("config change %s not published yet: %s", change.key, exc)
+                    return False
+                self.pending_changes.pop(0)
+            return True
 
     async def _publish(self, report: UsageReport) -> bytes:
+        """One message. A report too large for one was split when it was built
+        (ClusterNode._fit); its continuations go through here one by one."""
         trimmed = bound_report(report)
-        if trimmed.namespaces:
-            self.metrics.report_namespaces_trimmed.inc(trimmed.namespaces)
-        if trimmed.over_budget:
-            log.warning("report %d is %d bytes even without namespace lists: too many groups for one "
-                        "message", report.sequence, report.ByteSize())
-        data = report.SerializeToString()
+        trimmed_namespaces = trimmed.namespaces + self.node.namespaces_trimmed
+        self.node.namespaces_trimmed = 0
+        if trimmed_namespaces:
+            self.metrics.report_namespaces_trimmed.inc(trimmed_namespaces)
+        if trimmed.over_budget:  # one entry alone over 4 MiB: cannot happen with capped namespace lists
+            log.warning("report %d is %d bytes even without namespace lists", report.sequence, report.ByteSize())
+        data = serialize_report(report)  # indexed: receivers parse only the entries they fold
         props = self.node.keys.sign(data) if self.node.keys else None
         assert self.session is not None
+        self.liveness.published(report.sequence, self.clock())
         await self.session.publish_report(data, props)
         return data
 
@@ -381,21 +444,29 @@ class Daemon:
         interval = self.node.config.react_seconds
         while True:
             await asyncio.sleep(interval)
+            started = time.perf_counter()
             try:
                 await self.react()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("react failed")
+            self.metrics.react_seconds.observe(time.perf_counter() - started)
 
     async def react(self) -> None:
         """Between ticks: fold what arrived, publish an early report for groups whose demand
         moved, recompute what changed (the logic is ClusterNode's)."""
         now = self.clock()
-        connected = self.connected
-        newcomers = self._drain_inbox(now)
+        newcomers = await self._drain_inbox(now)  # first: our own reports that came back count
+        connected = self._check_broker(now)
         if not connected:
             return
+        hello = self.node.hello_report(now)  # once, after a same-id restart
+        if hello is not None:
+            await self._publish_logged(hello)
+        answer = self.node.idle_answer(now)  # we have no traffic in a group that just woke up
+        if answer is not None:
+            await self._publish_logged(answer)
         if newcomers:
             announcement = self.node.announcement(now)
             if announcement is not None:
@@ -405,19 +476,13 @@ class Daemon:
             self.metrics.early_reports.inc()
             await self._publish_logged(report)
         started = time.perf_counter()
-        self.node.recompute_changed(self.clock())
+        await self.recompute(self.node.changed(self.clock()))
         self.metrics.calc_seconds.observe(time.perf_counter() - started)
 
     async def tick(self) -> None:
         """collect -> report -> read -> compute (the logic is ClusterNode's; this is the I/O)."""
         now = self.clock()
-        connected = self.connected
-        if self.node.set_hearing(connected, now) and self.node.ticks:
-            log.info("broker reachable again; reconverging")
-        elif not connected and self.node.deaf_since == now:
-            log.warning("broker unreachable; keeping the last shares for %.0fs, then quota/%d",
-                        self.settings.outage_grace, self.node.members_at_deafness)
-        self.metrics.broker_connected.set(1 if connected else 0)
+        connected = self._check_broker(now)
         # collect + report
         aggregate_started = time.perf_counter()
         out = self.node.tick_report(now)
@@ -428,11 +493,17 @@ class Daemon:
             await self._publish_logged(out.report)
             if out.restated is not None:
                 await self._publish_logged(out.restated)
+        elif self.session_open:
+            for report in (out.report, out.restated):
+                if report is not None:
+                    await self._probe(report)
         else:
             self.node.not_published(out)
+        if connected and self.pending_changes:  # queued while the broker did not answer
+            await self._flush_changes()
         # read
-        newcomers = self._drain_inbox(now)
-        for _ in self.node.upkeep(now):
+        newcomers = await self._drain_inbox(now)
+        for _ in self.node.upkeep(now, self.liveness.heard_at):
             self.metrics.evictions.labels(EVICT_TTL).inc()
         if newcomers and connected:
             announcement = self.node.announcement(now)
@@ -440,33 +511,125 @@ class Daemon:
                 await self._publish_logged(announcement)
         # compute
         started = time.perf_counter()
-        self.node.recompute()
+        await self.recompute(self.node.tick_targets(now))  # every group only when all may have moved
         calc_s = time.perf_counter() - started
         self.metrics.calc_seconds.observe(calc_s)
         if self.pulsar_metrics is not None:
             self.pulsar_metrics.on_tick(out.sent, aggregate_s, calc_s)
         self.metrics.safe_share.set(1 if self.node.safe_share_active(now) else 0)
+        self.metrics.delivery_delay.set(self.node.delay.seconds())
         if self.log_guard is not None:
             self.log_guard.maintain()
 
-    async def _publish_logged(self, report: UsageReport) -> None:
-        try:
-            data = await asyncio.wait_for(self._publish(report), self.settings.tick)
-        except Exception as exc:
-            self.metrics.publish_errors.inc()
-            log.warning("report %d not published: %s", report.sequence, exc)
-            return
-        self.metrics.reports_published.inc()
-        if self.log_guard is not None:
-            self.log_guard.append_published(data)
+    def _check_broker(self, now: float) -> bool:
+        """Whether the broker carries our messages now; hearing, the metric and one log line
+        per change follow. A broker that stopped answering with its connection open is an
+        outage like a lost connection: last shares for the grace, then the safe share."""
+        reason = self.liveness.unresponsive(now) if self.session_open else None
+        if reason is not None and self._unresponsive is None:
+            self.metrics.broker_unresponsive.inc()
+            log.warning("broker %s does not answer though connected: %s", self.pulsar_url, reason)
+        elif reason is None and self._unresponsive is not None and self.session_open:
+            log.info("broker answers again: our reports come back")
+        self._unresponsive = reason
+        connected = self.session_open and reason is None
+        self.metrics.broker_connected.set(1 if connected else 0)
+        if self.node.set_hearing(connected, now) and self.node.ticks:
+            log.info("broker reachable again; reconverging")
+        elif not connected and self.node.deaf_since == now:
+            log.warning("broker unreachable; keeping the last shares for %.0fs, then quota/%d",
+                        self.settings.outage_grace, self.node.members_at_deafness)
+        return connected
 
-    def _drain_inbox(self, now: float) -> list[str]:
-        """Fold everything received since the last tick; returns new members."""
+    async def _probe(self, report: UsageReport) -> None:
+        """While the broker does not answer: publish the tick's report anyway, without
+        waiting. It is how we learn that the broker is back (the report comes back to us),
+        and peers may fold it late like any delayed report; waiting for its acknowledgement
+        would only hold up the tick, so the wait is one react interval, and failures are
+        counted, not logged (the outage was logged once)."""
+        for part in [report, *self.node.take_continuations(report)]:
+            try:
+                data = await asyncio.wait_for(self._publish(part), self.node.config.react_seconds)
+            except Exception:
+                self.metrics.publish_errors.inc()
+                continue
+            self.metrics.reports_published.inc()
+            if self.log_guard is not None:
+                self.log_guard.append_published(data)
+
+    async def recompute(self, names: set[str] | None) -> None:
+        """The node's recompute (every group, or `names`), with the calculator off the event
+        loop when there is much to do. At PIP-82's scale (5 000 groups here, most of them
+        named by some peer's report every second) the calculator takes about 80 us a group:
+        hundreds of milliseconds a tick on the loop that answers brokers. So beyond
+        INLINE_GROUPS the groups go in chunks: inputs gathered on the loop (a consistent
+        copy), the calculator in a worker thread, the limits swapped into the limiter on the
+        loop; the loop answers asks between chunks and, as the worker drops the GIL every
+        few milliseconds, during them. One recompute at a time, and large ones at most
+        CALC_DUTY of the time: groups that change meanwhile are left dirty for the next."""
+        node = self.node
+        if self._calculating or self.clock() < self._calc_resume_at:
+            if names is None:
+                node.all_dirty = True
+            else:
+                node.dirty |= names
+            return
+        if names is None:
+            targets = sorted(g for g, _ in node.limiter.states)
+            node.dirty.clear()
+            node.all_dirty = False
+        else:
+            targets = sorted(names)
+        if len(targets) <= INLINE_GROUPS:
+            if targets:
+                node.recompute(set(targets))
+            return
+        self._calculating = True
+        started = self.clock()
+        try:
+            for i in range(0, len(targets), INLINE_GROUPS):
+                plan = node.recompute_plan(set(targets[i:i + INLINE_GROUPS]))
+                limits = await asyncio.to_thread(_evaluate_all, plan)
+                node.apply_limits(plan, limits)
+        finally:
+            self._calculating = False
+            # At most CALC_DUTY of the time: the core is shared with folding reports and
+            # answering asks, so a burst of changes waits rather than starving them.
+            spent = self.clock() - started
+            self._calc_resume_at = self.clock() + spent * (1.0 - CALC_DUTY) / CALC_DUTY
+
+    async def _publish_logged(self, report: UsageReport) -> None:
+        """Publish `report` and its continuations, if it was split (ClusterNode._fit)."""
+        for part in [report, *self.node.take_continuations(report)]:
+            try:
+                data = await asyncio.wait_for(self._publish(part), self.settings.tick)
+            except Exception as exc:
+                self.metrics.publish_errors.inc()
+                log.warning("report %d not published: %s", part.sequence, str(exc) or type(exc).__name__)
+                continue
+            self.metrics.reports_published.inc()
+            if self.log_guard is not None:
+                self.log_guard.append_published(data)
+
+    async def _drain_inbox(self, now: float) -> list[str]:
+        """Fold everything received since the last tick; returns new members. Folding a
+        second's worth of 99 peers' reports at once held the loop for hundreds of
+        milliseconds, so it yields to waiting asks every DRAIN_SLICE seconds."""
         newcomers: list[str] = []
-        while not self.inbox.empty():
+        slice_end = time.perf_counter() + DRAIN_SLICE
+        waiting = self.inbox.qsize()  # what arrives meanwhile waits for the next drain
+        while waiting > 0 and not self.inbox.empty():
+            if time.perf_counter() > slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + DRAIN_SLICE
+                continue
+            waiting -= 1
             msg = self.inbox.get_nowait()
+            self.inbox_bytes -= len(msg.data)
             receipt = self.node.receive(msg.data, msg.properties, now)
             if receipt.reason == REJECT_OWN:
+                assert receipt.report is not None
+                self.liveness.echoed(receipt.report.sequence, now)
                 continue
             if not receipt.accepted:
                 self.metrics.reports_rejected.labels(receipt.reason).inc()
@@ -515,6 +678,10 @@ class Daemon:
             daemons[daemon_id] = doc
         return {"group": group.name, "quota": group.to_admin(), "daemon": self.settings.id, "limits": limits,
                 "daemons": daemons, "members": sorted(self.node.members())}
+
+
+def _evaluate_all(plan: list[tuple[ResourceGroup, LimitInputs]]) -> list[GroupLimits]:
+    return [evaluate(inputs) for _, inputs in plan]
 
 
 def _per_second(rate: float) -> float | None:

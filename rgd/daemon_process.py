@@ -27,6 +27,8 @@ class DaemonProcess:
     port: int = field(default_factory=free_port)
     log_path: Path | None = None
     process: subprocess.Popen | None = None
+    cpus: set[int] | None = None  # pin the process (and every thread it starts) to these cores
+    cwd: str | None = None  # run from here (`-m rgd.cli` then imports the rgd found there first)
 
     @property
     def url(self) -> str:
@@ -37,7 +39,10 @@ class DaemonProcess:
                "--listen", f"127.0.0.1:{self.port}", *self.args]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        cpus = self.cpus
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=pin,
+                                        cwd=self.cwd)
         if self.log_path:
             out.close()  # type: ignore[union-attr]
         return self

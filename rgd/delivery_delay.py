@@ -32,6 +32,9 @@ class DeliveryDelay:
     default_seconds: float  # assumed before any sample
     cap_seconds: float  # the estimate never exceeds this
     samples: dict[str, deque[float]] = field(default_factory=dict)
+    # seconds() until the next sample: it is read once per group recomputed (5 000 a pass at
+    # PIP-82's scale), and a median per peer each time was most of a recompute's cost.
+    _seconds: float | None = field(default=None, repr=False, compare=False)
 
     def observe(self, peer: str, publish_ms: int, received_ms: int) -> float:
         """Record one report's delay; returns it in seconds (>= 0)."""
@@ -40,16 +43,21 @@ class DeliveryDelay:
         if q is None:
             q = self.samples[peer] = deque(maxlen=SAMPLES_PER_PEER)
         q.append(delay)
+        self._seconds = None
         return delay
 
     def forget(self, peer: str) -> None:
         self.samples.pop(peer, None)
+        self._seconds = None
 
     def seconds(self) -> float:
         """The delay after which every live peer has the report: the slowest peer's median."""
-        if not self.samples:
-            return min(self.default_seconds, self.cap_seconds)
-        return min(self.cap_seconds, max(median(q) for q in self.samples.values()))
+        if self._seconds is None:
+            if not self.samples:
+                self._seconds = min(self.default_seconds, self.cap_seconds)
+            else:
+                self._seconds = min(self.cap_seconds, max(median(q) for q in self.samples.values()))
+        return self._seconds
 
 
 __all__ = ["DeliveryDelay", "SAMPLES_PER_PEER"]

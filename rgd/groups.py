@@ -154,6 +154,19 @@ def unknown_fields(body: Mapping[Any, Any]) -> list[str]:
     return sorted(str(k) for k in body if k not in RATE_FIELDS)
 
 
+_QUOTA_ATTRS = ("publish_msgs", "publish_bytes", "dispatch_msgs", "dispatch_bytes",
+                "replication_msgs", "replication_bytes")
+
+
+def higher_quota(a: ResourceGroup, b: ResourceGroup) -> ResourceGroup:
+    """Two configs of one group merged rate by rate, the higher one (unlimited is highest).
+    For judging what a peer may have admitted around a config change: a peer's report
+    covers a tick it may have spent under either config."""
+    def higher(x: float, y: float) -> float:
+        return UNLIMITED if x < 0 or y < 0 else max(x, y)
+    return ResourceGroup(b.name, *(higher(getattr(a, f), getattr(b, f)) for f in _QUOTA_ATTRS))
+
+
 def _admin_number(rate: float) -> float | int:
     return int(rate) if rate == int(rate) else rate
 
@@ -249,5 +262,5 @@ def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegis
 __all__ = [
     "ATTACHMENT_SECTIONS", "KINDS", "KIND_FIELDS", "MAX_RATE", "RATE_FIELDS", "TOPIC_DOMAINS", "UNLIMITED",
     "GroupRegistry", "InvalidGroup", "ResourceGroup", "base_topic", "check_name", "check_namespace",
-    "check_rate", "check_topic", "registry_from_mapping", "unknown_fields",
+    "check_rate", "check_topic", "higher_quota", "registry_from_mapping", "unknown_fields",
 ]

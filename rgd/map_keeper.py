@@ -13,6 +13,20 @@ what a report already carries):
 - a member evicted for silence leaves a tombstone; if it speaks again with the
   same incarnation it was only unlucky, and its group entries come back at once.
 A restarted member (new incarnation) loses the entries of its old incarnation.
+
+Identity (against replays and a flood of made-up ids):
+- with signed reports (`replay_window_seconds` set), a member that leaves or is
+  evicted is remembered, with its last (incarnation, sequence), for that long (as
+  long as any of its reports can still pass the clock check): a report of that
+  incarnation at or below that sequence, or of an older incarnation, is a replay
+  (rejected: "replay"), so a departed daemon's genuine signed reports cannot bring
+  its ghost back to take a share. Unsigned, the memory would guard nothing (anyone
+  can write a fresh report) and a forged report with a huge sequence would lock the
+  real daemon out for the window, so there is none;
+- at most `max_members` members ("member_limit"), and when `admissions_per_second`
+  is set, new members are admitted from a token bucket of `admission_burst`
+  ("member_rate"): a newcomer that is refused is admitted with a later report (a
+  daemon reports every tick), a burst of made-up ids is not.
 """
 
 from __future__ import annotations
@@ -21,6 +35,12 @@ from dataclasses import dataclass, field
 
 from rgd.usage_map import Entry, FoldResult, UsageMap
 from rgd.wire.usage_report_pb2 import UsageReport
+
+REJECT_REPLAY = "replay"
+REJECT_MEMBER_LIMIT = "member_limit"
+REJECT_MEMBER_RATE = "member_rate"
+MAX_MEMBERS = 1024  # daemons in the map, ourselves included
+MAX_DEPARTED = 4 * MAX_MEMBERS  # departed members remembered (the oldest go first beyond this)
 
 
 @dataclass
@@ -32,25 +52,49 @@ class MapKeeper:
     safety_ttl_seconds: float  # an entry unconfirmed this long goes anyway
     streak: dict[tuple[str, str], int] = field(default_factory=dict)  # (member, group) -> reports without it
     tombstones: dict[str, tuple[int, float, dict[str, Entry]]] = field(default_factory=dict)
+    replay_window_seconds: float | None = None  # how long departed members are remembered; None: not at all
+    max_members: int = MAX_MEMBERS
+    admissions_per_second: float | None = None  # None: new members are admitted at any rate
+    admission_burst: float = 8.0
+    # member -> (incarnation, last sequence, when it left or was evicted)
+    departed: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+    _admission_tokens: float = field(default=-1.0, init=False)  # -1: full (set on first use)
+    _admission_at: float = field(default=0.0, init=False)
+    # member -> groups it may have an entry in (a superset: checked against the map when
+    # read), so folding one report visits that member's groups, not every group in the map.
+    held_by: dict[str, set[str]] = field(default_factory=dict)
 
     def fold(self, report: UsageReport, now: float) -> tuple[FoldResult, bool]:
         """Fold one report; returns the result and whether the sender is new to us."""
         sender = report.daemon_id
         known = self.usage_map.members.get(sender)
+        if known is None:
+            refused = self._refuse_newcomer(report, now)
+            if refused:
+                return FoldResult(False, refused), False
         result = self.usage_map.fold(report, now)
         if not result.accepted or report.leaving:
-            if report.leaving:
+            if report.leaving and result.accepted:
                 self.tombstones.pop(sender, None)
                 self._forget_streaks(sender)
+                self._remember_departed(sender, report.incarnation, report.sequence, now)
+                self.held_by.pop(sender, None)
             return result, False
+        if known is None:
+            self.departed.pop(sender, None)
         new = known is None or known.incarnation != report.incarnation
         if known is not None and known.incarnation != report.incarnation:
             self._drop_old_incarnation(report)
         if known is None:
             self._restore(report)
         mentioned = {g.group for g in report.groups}
-        for group, entries in self.usage_map.groups.items():
-            if sender not in entries:
+        held = self.held_by.setdefault(sender, set())
+        held |= mentioned
+        groups = self.usage_map.groups
+        for group in list(held):
+            entries = groups.get(group)
+            if entries is None or sender not in entries:
+                held.discard(group)
                 continue
             key = (sender, group)
             if group in mentioned:
@@ -64,6 +108,37 @@ class MapKeeper:
             else:
                 self.streak[key] = self.streak.get(key, 0) + 1
         return result, new
+
+    def _refuse_newcomer(self, report: UsageReport, now: float) -> str:
+        """Why a report from a daemon not in the map is refused ("" = admit it)."""
+        gone = self.departed.get(report.daemon_id)
+        if gone is not None and (report.incarnation, report.sequence) <= gone[:2]:
+            return REJECT_REPLAY
+        if report.leaving:
+            return ""  # evicts nothing, admits nobody
+        if len(self.usage_map.members) >= self.max_members:
+            return REJECT_MEMBER_LIMIT
+        rate = self.admissions_per_second
+        if rate is not None:
+            if self._admission_tokens < 0:
+                self._admission_tokens = self.admission_burst
+            else:
+                self._admission_tokens = min(self.admission_burst,
+                                             self._admission_tokens + (now - self._admission_at) * rate)
+            self._admission_at = now
+            if self._admission_tokens < 1.0:
+                return REJECT_MEMBER_RATE
+            self._admission_tokens -= 1.0
+        return ""
+
+    def _remember_departed(self, member: str, incarnation: int, sequence: int, now: float) -> None:
+        if self.replay_window_seconds is None:
+            return
+        was = self.departed.get(member)
+        if was is None or (incarnation, sequence) > was[:2]:
+            self.departed[member] = (incarnation, sequence, now)
+        while len(self.departed) > MAX_DEPARTED:
+            del self.departed[min(self.departed, key=lambda d: self.departed[d][2])]
 
     def _drop_old_incarnation(self, report: UsageReport) -> None:
         mentioned = {g.group for g in report.groups}
@@ -80,6 +155,7 @@ class MapKeeper:
         for group, entry in tomb[2].items():
             if group not in mentioned:
                 self.usage_map.groups.setdefault(group, {}).setdefault(report.daemon_id, entry)
+                self.held_by.setdefault(report.daemon_id, set()).add(group)
 
     def _forget_streaks(self, member: str) -> None:
         for key in [k for k in self.streak if k[0] == member]:
@@ -91,15 +167,22 @@ class MapKeeper:
             d: (m.incarnation, {g: e[d] for g, e in um.groups.items() if d in e})
             for d, m in um.members.items() if d != self.self_id and now - m.last_seen > self.ttl_seconds
         }
+        sequences = {d: um.members[d].sequence for d in snapshot}
         gone = um.evict_silent(now, self.ttl_seconds, keep=self.self_id)
         for d in gone:
             incarnation, entries = snapshot[d]
             self.tombstones[d] = (incarnation, now, entries)
+            self._remember_departed(d, incarnation, sequences[d], now)
         for d in [d for d, (_, at, _) in self.tombstones.items() if now - at > self.safety_ttl_seconds]:
             del self.tombstones[d]
+        window = self.replay_window_seconds
+        for d in [d for d, (_, _, at) in self.departed.items() if window is None or now - at > window]:
+            del self.departed[d]
         return gone
 
-    def expire_groups(self, now: float) -> int:
+    def expire_groups(self, now: float, touched: set[str] | None = None) -> int:
+        """Drop idle or unconfirmed entries (see the module doc); the groups that lost one
+        are added to `touched` (their shares change)."""
         dropped = 0
         for group, entries in self.usage_map.groups.items():
             for member in list(entries):
@@ -110,6 +193,11 @@ class MapKeeper:
                     del entries[member]
                     self.streak.pop((member, group), None)
                     dropped += 1
+                    if touched is not None:
+                        touched.add(group)
         for group in [g for g, e in self.usage_map.groups.items() if not e]:
             del self.usage_map.groups[group]
         return dropped
+
+
+__all__ = ["MAX_DEPARTED", "MAX_MEMBERS", "MapKeeper", "REJECT_MEMBER_LIMIT", "REJECT_MEMBER_RATE", "REJECT_REPLAY"]

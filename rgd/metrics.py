@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from rgd.daemon import Daemon
 
 
+MAX_PEER_SERIES = 20_000  # rgd_peer_usage_rate samples per scrape at most
+
+
 def _finite(x: float) -> float:
     return -1.0 if x == math.inf else x
 
@@ -60,7 +63,7 @@ class LimiterCollector(Collector):
             admitted_b.add_metric(labels, st.total_admitted_bytes)
             throttled_m.add_metric(labels, st.total_throttled_messages)
             throttled_b.add_metric(labels, st.total_throttled_bytes)
-            for reason, n in st.throttled_events.items():
+            for reason, n in list(st.throttled_events.items()):
                 events.add_metric([group, kind, reason], n)
             limit.add_metric([group, kind, "messages"], _finite(st.messages.rate))
             limit.add_metric([group, kind, "bytes"], _finite(st.bytes.rate))
@@ -72,17 +75,32 @@ class LimiterCollector(Collector):
         for (group, kind), rates in list(d.last_local_rates.items()):
             used.add_metric([group, kind, "messages"], rates[0])
             used.add_metric([group, kind, "bytes"], rates[1])
+        # Every (group, daemon, kind) of the map is 150 000 series at PIP-82's scale (5 000
+        # groups on 5 daemons each): more than a scrape should carry, and a second of the
+        # daemon's CPU to render. So a kind that reported nothing admitted is left out (absent
+        # means idle), and beyond MAX_PEER_SERIES samples the rest are only counted.
+        emitted = dropped = 0
         for group, entries in list(d.usage_map.groups.items()):
             for daemon_id, entry in list(entries.items()):
                 for kind in KINDS:
                     k = entry.usage.kind(kind)
+                    if not (k.admitted_messages or k.admitted_bytes):
+                        continue
+                    if emitted >= MAX_PEER_SERIES:
+                        dropped += 2
+                        continue
                     peer.add_metric([group, daemon_id, kind, "messages"], k.admitted_messages)
                     peer.add_metric([group, daemon_id, kind, "bytes"], k.admitted_bytes)
+                    emitted += 2
+        peer_dropped = GaugeMetricFamily("rgd_peer_usage_series_dropped",
+                                         f"rgd_peer_usage_rate samples left out beyond {MAX_PEER_SERIES}")
+        peer_dropped.add_metric([], dropped)
         oldest = GaugeMetricFamily("rgd_usage_map_oldest_report_age_seconds", "Age of the oldest report in the usage map")
         oldest.add_metric([], d.usage_map.oldest_report_age(d.clock()))
         members = GaugeMetricFamily("rgd_cluster_members", "Daemons in the usage map (self included)")
         members.add_metric([], len(d.usage_map.members))
-        yield from (admitted_m, admitted_b, throttled_m, throttled_b, events, limit, quota, used, peer, oldest, members)
+        yield from (admitted_m, admitted_b, throttled_m, throttled_b, events, limit, quota, used, peer, peer_dropped,
+                    oldest, members)
         conns = d.connection_guard  # None until the HTTP server listens: nothing open or shed yet
         open_ = GaugeMetricFamily("rgd_http_connections", "HTTP connections open")
         open_.add_metric([], conns.open_connections if conns else 0)
@@ -139,9 +157,29 @@ class Metrics:
             "rgd_tick_seconds", "Time one tick took (collect, report, read, compute)",
             buckets=(1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0), registry=r,
         )
-        self.broker_connected = Gauge("rgd_broker_connected", "1 when the Pulsar session is up", registry=r)
+        self.broker_connected = Gauge(
+            "rgd_broker_connected", "1 when the Pulsar session is up and our own reports come back", registry=r
+        )
+        self.broker_unresponsive = Counter(
+            "rgd_broker_unresponsive", "Times the broker stopped carrying our reports while its connection stayed up",
+            registry=r,
+        )
+        # Between ticks the daemon folds what arrived, publishes early reports and recomputes what
+        # changed: event-loop time that rgd_tick_seconds does not see, so both are needed to tell
+        # how much of each second the cluster logic keeps brokers' asks waiting.
+        self.react_seconds = Histogram(
+            "rgd_react_seconds", "Time one react between ticks took (fold, early report, recompute)",
+            buckets=(1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0), registry=r,
+        )
         self.broker_reconnects = Counter("rgd_broker_reconnects", "Pulsar sessions (re)opened", registry=r)
         self.safe_share = Gauge("rgd_safe_share_active", "1 while the outage fallback share is in force", registry=r)
+        # Why an increase of our own demand is granted late: it waits until every peer may
+        # have folded the report announcing it, and this is how long that takes.
+        self.delivery_delay = Gauge(
+            "rgd_delivery_delay_seconds",
+            "Measured report delivery delay in force (slowest peer's median); own increases wait this long "
+            "plus one react interval", registry=r,
+        )
         self.config_reloads = Counter("rgd_config_reloads", "Config file reloads, by result", ["result"], registry=r)
         self.config_changes = Counter("rgd_config_changes_applied", "Admin config changes applied", registry=r)
         self.config_rejected = Counter("rgd_config_changes_rejected", "Config topic messages rejected", registry=r)

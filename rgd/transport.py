@@ -15,7 +15,7 @@ from typing import Any
 import pulsar
 import pulsar.asyncio as pulsar_aio
 
-from rgd.settings import Settings
+from rgd.settings import REPORT_COMPRESSIONS, Settings
 
 log = logging.getLogger("rgd.transport")
 # The C++ client logs through this logger at whatever level it allows; its INFO/DEBUG
@@ -70,11 +70,13 @@ class PulsarSession:
         send_timeout = max(1000, int(s.tick * 2000))
         self.consumer = await self.client.subscribe(
             s.topic, self.subscription, consumer_type=pulsar.ConsumerType.Exclusive,
-            receiver_queue_size=1000,
+            # The client's own buffer: 200 of 99 peers' 5 000-group reports are ~100 MB already.
+            receiver_queue_size=200,
         )
         self.producer = await self.client.create_producer(
             s.topic, batching_enabled=False, send_timeout_millis=send_timeout,
             max_pending_messages=100, block_if_queue_full=False,
+            compression_type=getattr(pulsar.CompressionType, REPORT_COMPRESSIONS[s.report_compression]),
         )
         self.config_reader = await self.client.create_reader(s.config_topic, pulsar.MessageId.earliest)
         self.config_producer = await self.client.create_producer(

@@ -135,21 +135,25 @@ class Simulation:
         return self.rng.randrange(s)
 
     def _spawn(self, node_id: str, phase: int) -> None:
+        """Start a daemon; a same-id restart resumes from what its predecessor left
+        (rgd.cluster_node.Resume), as the daemon does from its state file."""
         self._incarnation += 1
+        before = [n for n in self.retired if n.node_id == node_id]
         self.nodes[node_id] = SimNode(
             node_id=node_id, incarnation=self._incarnation, phase=phase, clock=lambda: self.now,
             strategy=self.strategy, params=self.params, profile=self.profile, groups=self.groups,
             sink=self._sink, burst_seconds=self.scenario.burst, tick_seconds=TICK_SECONDS,
             react_seconds=TICK_SECONDS / self.scenario.substeps,
+            resume=before[-1].node.resume_state() if before else None,
         )
 
     def _remove(self, node_id: str, graceful: bool, where: str) -> None:
         node = self.nodes.get(node_id)
         if node is None:
             raise ScenarioError(f"{where}: daemon {node_id!r} is not running")
-        if graceful:
-            node.leave(self.now)
         del self.nodes[node_id]
+        if graceful:
+            node.leave(self.now)  # to the others only: a stopped daemon hears nothing
         self.retired.append(node)
         for key in [k for k in self._backlog if k[0] == node_id]:
             del self._backlog[key]

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol
 
-from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
+from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, Resume, start_seconds_for
 from rgd.groups import ResourceGroup
 from rgd.limiter import Limiter
 from rgd.quota.calculator import QuotaParams
 from rgd.quota.model import GroupLimits
+from rgd.report_codec import serialize_report
 from rgd.usage_map import UsageMap
 from rgd.wire.usage_report_pb2 import UsageReport
 from sim.profiles import Profile
@@ -63,6 +64,7 @@ class SimNode:
     burst_seconds: float = 1.0
     tick_seconds: float = 1.0
     react_seconds: float = 0.1  # one sub-step: react() runs at every one
+    resume: Resume | None = None  # a same-id restart: what its predecessor left
     inbox: list[bytes] = field(default_factory=list)
     stats: NodeStats = field(default_factory=NodeStats)
     node: ClusterNode = field(init=False)
@@ -74,7 +76,8 @@ class SimNode:
             react_seconds=self.react_seconds, early_reports=self.profile.react,
             start_seconds=start_seconds_for(self.strategy),
         )
-        self.node = ClusterNode(config, self.incarnation, self.clock, wall_ms, lambda: self.groups)
+        self.node = ClusterNode(config, self.incarnation, self.clock, wall_ms, lambda: self.groups,
+                                resume=self.resume)
 
     @property
     def limiter(self) -> Limiter:
@@ -104,10 +107,11 @@ class SimNode:
         return admitted
 
     def _publish(self, report: UsageReport, now: float) -> None:
-        data = report.SerializeToString()
-        self.stats.reports += 1
-        self.stats.report_bytes += len(data)
-        self.sink.publish(self, data, now)
+        for part in [report, *self.node.take_continuations(report)]:  # split if over 4 MiB, as the daemon does
+            data = serialize_report(part)
+            self.stats.reports += 1
+            self.stats.report_bytes += len(data)
+            self.sink.publish(self, data, now)
 
     def tick(self, now: float) -> None:
         """The daemon's tick (see rgd/cluster_node.py), with the simulated topic as I/O."""
@@ -124,14 +128,20 @@ class SimNode:
             if announcement is not None:
                 self.stats.announcements += 1
                 self._publish(announcement, now)
-        self.node.recompute()
+        self.node.recompute_tick(now)
 
     def react(self, now: float) -> None:
         """Between ticks (every sub-step): fold what arrived, publish an early report if
         demand moved, recompute what changed (see rgd/cluster_node.py)."""
+        hello = self.node.hello_report(now)
+        if hello is not None:
+            self._publish(hello, now)
         if not self.profile.react:
             return
         newcomers = self._read(now)
+        answer = self.node.idle_answer(now)
+        if answer is not None:
+            self._publish(answer, now)
         if newcomers:
             announcement = self.node.announcement(now)
             if announcement is not None:

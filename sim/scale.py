@@ -12,10 +12,14 @@ What this measures, for one daemon ("the focus"), on the real code paths:
   be reported and the rest wait for the periodic refresh;
 - usage-map memory: the focus daemon decodes and folds its 99 peers' reports
   (generated the same way, with the same suppression) into rgd's UsageMap, under
-  tracemalloc. Twice: as the daemon folds today (every group of every report), and
-  filtered to the groups the focus daemon serves (PIP-82's assumption);
-- receive time per tick (decode + fold of all peers' reports) and the quota
-  calculator's time per tick over the focus daemon's groups.
+  tracemalloc. Twice: every group of every report (as the daemon folded before it
+  filtered), and only the groups the focus daemon serves (PIP-82's assumption, and what
+  ClusterNode.folds keeps, besides a bounded few groups it does not serve);
+- receive time per tick (decode_report + fold of all peers' reports, both ways: every
+  entry parsed, or through the reports' index only the focus daemon's) and
+  the quota calculator's time per tick over the focus daemon's groups;
+- the focus daemon's reports as LZ4 and ZSTD producers carry them (rgd publishes with
+  ZSTD by default: `report_compression`), and what decompressing costs a receiver.
 Peers' limiters are not simulated (500 000 token buckets would only measure the
 simulator); their reports carry the same fields, drift and suppression.
 """
@@ -32,6 +36,7 @@ from typing import Any
 from rgd.groups import ResourceGroup
 from rgd.limiter import Limiter
 from rgd.quota.calculator import compute_limits
+from rgd.report_codec import FoldScope, decode_report, serialize_report
 from rgd.report_builder import figures, group_entries, peer_usage
 from rgd.suppression import SuppressionState, select_reports
 from rgd.usage_map import UsageMap
@@ -63,6 +68,9 @@ class ScaleResult:
     report_bytes_first: int  # the first report: every active group
     report_bytes_per_tick: float  # mean after the first, with suppression (one refresh round included)
     report_bytes_unsuppressed: int  # one report with every group, for comparison
+    report_first_compressed: dict[str, int | None]  # the first report as LZ4 / ZSTD producers carry it
+    report_per_tick_compressed: dict[str, float | None]  # ... and the mean after it
+    report_decode_seconds: dict[str, float | None]  # decompress + parse the first report, per codec
     groups_sent_share: float  # of group-ticks after the first
     cluster_publish_bytes_per_tick: float
     cluster_consume_bytes_per_tick: float
@@ -76,6 +84,57 @@ class ScaleResult:
     avg_group_name: float
     avg_namespace_name: float
     wall_seconds: float
+
+
+def _publish_ms(tick: int) -> int:
+    return 1_767_225_600_000 + tick * 1000
+
+
+def compressed(data: bytes) -> dict[str, int | None]:
+    """The bytes a Pulsar producer with LZ4 or ZSTD compression (rgd's report_compression)
+    carries for this payload, by the same codecs (None: the codec's module is not
+    installed; both come with rgd's bench extra)."""
+    out: dict[str, int | None] = {"lz4": None, "zstd": None}
+    try:
+        import lz4.block
+        out["lz4"] = len(lz4.block.compress(data, store_size=False))
+    except ImportError:
+        pass
+    try:
+        import zstandard
+        out["zstd"] = len(zstandard.ZstdCompressor(level=3).compress(data))
+    except ImportError:
+        pass
+    return out
+
+
+def _decode_seconds(data: bytes) -> dict[str, float | None]:
+    """Decompressing and parsing one report, per codec (what a receiving daemon pays)."""
+    out: dict[str, float | None] = {"none": None, "lz4": None, "zstd": None}
+    rounds = 5
+    started = time.perf_counter()
+    for _ in range(rounds):
+        UsageReport.FromString(data)
+    out["none"] = (time.perf_counter() - started) / rounds
+    try:
+        import lz4.block
+        packed = lz4.block.compress(data, store_size=False)
+        started = time.perf_counter()
+        for _ in range(rounds):
+            UsageReport.FromString(lz4.block.decompress(packed, uncompressed_size=len(data)))
+        out["lz4"] = (time.perf_counter() - started) / rounds
+    except ImportError:
+        pass
+    try:
+        import zstandard
+        packed = zstandard.ZstdCompressor(level=3).compress(data)
+        started = time.perf_counter()
+        for _ in range(rounds):
+            UsageReport.FromString(zstandard.ZstdDecompressor().decompress(packed))
+        out["zstd"] = (time.perf_counter() - started) / rounds
+    except ImportError:
+        pass
+    return out
 
 
 def daemon_id(i: int) -> str:
@@ -118,7 +177,7 @@ class _Peer:
                                       0, 0, 0, 0)
         send, _ = select_reports(RGD_SUPPRESSION, self.state, current)
         self.sequence += 1
-        rep = UsageReport(daemon_id=self.id, sequence=self.sequence, publish_time_ms=1_767_225_600_000 + tick * 1000,
+        rep = UsageReport(daemon_id=self.id, sequence=self.sequence, publish_time_ms=_publish_ms(tick),
                           tick_ms=1000, incarnation=1)
         for name in sorted(send):
             g, adm, thr = usage[name]
@@ -131,11 +190,15 @@ class _Peer:
             gu.dispatch.CopyFrom(KindUsage(limit_messages=-1.0, limit_bytes=-1.0, quota_messages=-1.0,
                                            quota_bytes=-1.0))
             rep.groups.append(gu)
-        return rep.SerializeToString()
+        return serialize_report(rep)
 
 
 def _fold_all(payloads: list[list[bytes]], keep: set[str] | None, traced: bool) -> tuple[UsageMap, int, list[float]]:
-    """Decode and fold every tick's reports into a new map; returns it, its traced size
+    """Decode, vet and fold every tick's reports into a new map (rgd.report_codec's
+    decode_report, as the daemon receives them): every group, as the daemon did before it
+    filtered, or only those in `keep`, as it does now (ClusterNode.folds: through the
+    reports' index, parsing only those entries; it also holds a bounded few groups it does
+    not serve, left out here). Returns the map, its traced size
     (0 when not traced) and the seconds spent decoding and folding, per tick."""
     gc.collect()
     if traced:
@@ -143,15 +206,11 @@ def _fold_all(payloads: list[list[bytes]], keep: set[str] | None, traced: bool) 
     base = tracemalloc.get_traced_memory()[0] if traced else 0
     um = UsageMap()
     spent: list[float] = []
+    scope = None if keep is None else FoldScope(keep)
     for tick, reports in enumerate(payloads):
         started = time.perf_counter()
         for data in reports:
-            rep = UsageReport()
-            rep.ParseFromString(data)
-            if keep is not None:
-                wanted = [g for g in rep.groups if g.group in keep]
-                del rep.groups[:]
-                rep.groups.extend(wanted)
+            rep = decode_report(data, _publish_ms(tick), "scale-focus", 1, scope=scope)
             um.fold(rep, float(tick))
         spent.append(time.perf_counter() - started)
     gc.collect()
@@ -183,6 +242,8 @@ def run_scale(spec: ScaleSpec = ScaleSpec(), progress=None) -> ScaleResult:
     limiter = Limiter(lambda: now[0], initial_limits=lambda group, kind: (float(share[group.name]), float("inf")))
     state = SuppressionState()
     sizes: list[int] = []
+    packed: list[dict[str, int | None]] = []
+    first_payload = b""
     sent_groups = 0
     peers = [_Peer(i, served[i], random.Random(f"peer:{spec.seed}:{i}")) for i in range(1, spec.daemons)]
     payloads: list[list[bytes]] = []
@@ -197,10 +258,14 @@ def run_scale(spec: ScaleSpec = ScaleSpec(), progress=None) -> ScaleResult:
         now[0] += 1.0
         entries = group_entries(limiter.collect(), limiter.states, registry)
         send, _ = select_reports(RGD_SUPPRESSION, state, {n: figures(gu) for n, gu in entries.items()})
-        rep = UsageReport(daemon_id=daemon_id(focus), sequence=tick + 1, publish_time_ms=1_767_225_600_000 + tick * 1000,
+        rep = UsageReport(daemon_id=daemon_id(focus), sequence=tick + 1, publish_time_ms=_publish_ms(tick),
                           tick_ms=1000, incarnation=1)
         rep.groups.extend(entries[n] for n in sorted(send))
-        sizes.append(len(rep.SerializeToString()))
+        payload = serialize_report(rep)
+        sizes.append(len(payload))
+        packed.append(compressed(payload))
+        if not tick:
+            first_payload = payload
         if tick:
             sent_groups += len(send)
         reports = [p.report(tick, rng, spec.jitter) for p in peers]
@@ -209,7 +274,7 @@ def run_scale(spec: ScaleSpec = ScaleSpec(), progress=None) -> ScaleResult:
         say(f"tick {tick}: focus report {sizes[-1]} B ({len(send)} groups), peers {peer_bytes[-1] / 1e6:.1f} MB")
     full = UsageReport(daemon_id=daemon_id(focus), sequence=1, tick_ms=1000, incarnation=1)
     full.groups.extend(entries.values())
-    unsuppressed = len(full.SerializeToString())
+    unsuppressed = len(serialize_report(full))
 
     say("decoding and folding every peer report, as the daemon does (timed)...")
     um_all, _, spent = _fold_all(payloads, None, traced=False)
@@ -244,6 +309,12 @@ def run_scale(spec: ScaleSpec = ScaleSpec(), progress=None) -> ScaleResult:
         report_bytes_first=sizes[0],
         report_bytes_per_tick=sum(steady) / len(steady),
         report_bytes_unsuppressed=unsuppressed,
+        report_first_compressed=packed[0],
+        report_per_tick_compressed={
+            c: (sum(p[c] for p in packed[1:]) / max(1, len(packed) - 1)) if packed[0][c] is not None else None
+            for c in ("lz4", "zstd")
+        },
+        report_decode_seconds=_decode_seconds(first_payload),
         groups_sent_share=sent_groups / max(1, len(own) * (spec.ticks - 1)),
         cluster_publish_bytes_per_tick=per_tick_cluster,
         cluster_consume_bytes_per_tick=per_tick_cluster * (spec.daemons - 1),
@@ -258,6 +329,14 @@ def run_scale(spec: ScaleSpec = ScaleSpec(), progress=None) -> ScaleResult:
         avg_namespace_name=sum(len(namespace_name(g)) for g in own) / len(own),
         wall_seconds=time.perf_counter() - started,
     )
+
+
+def _maybe(x: float | None) -> str:
+    return "n/a (codec not installed)" if x is None else _mb(x)
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1000:.1f} ms"
 
 
 def _mb(x: float) -> str:
@@ -276,12 +355,18 @@ def markdown(r: ScaleResult) -> str:
         f"| report published per tick, with suppression | {_mb(r.report_bytes_per_tick)} "
         f"({r.groups_sent_share:.0%} of groups) | — |",
         f"| report with every group (no suppression) | {_mb(r.report_bytes_unsuppressed)} | {_mb(PIP82['publish_bytes_per_daemon'])} |",
+        f"| first report as published with ZSTD (rgd's default) / LZ4 | {_maybe(r.report_first_compressed['zstd'])} / "
+        f"{_maybe(r.report_first_compressed['lz4'])} | {_mb(PIP82['publish_bytes_per_daemon'])} |",
+        f"| report per tick with suppression, ZSTD / LZ4 | {_maybe(r.report_per_tick_compressed['zstd'])} / "
+        f"{_maybe(r.report_per_tick_compressed['lz4'])} | — |",
+        f"| decompress + parse the first report: none / ZSTD / LZ4 | {_ms(r.report_decode_seconds['none'])} / "
+        f"{_ms(r.report_decode_seconds['zstd'])} / {_ms(r.report_decode_seconds['lz4'])} | — |",
         f"| usage map, own groups only ({r.map_entries_own} entries) | {_mb(r.map_bytes_own)} | {_mb(PIP82['memory_bytes_per_daemon'])} |",
-        f"| usage map as the daemon folds today, every group ({r.map_entries_all} entries) "
+        f"| usage map folding every group, as the daemon did before it filtered ({r.map_entries_all} entries) "
         f"| {_mb(r.map_bytes_all)} | — |",
-        f"| decode + fold of all peers' reports per tick (after the first) | "
-        f"{r.receive_seconds_per_tick * 1000:.0f} ms (own groups only: "
-        f"{r.receive_own_seconds_per_tick * 1000:.0f} ms) | — |",
+        f"| decode + vet + fold of all peers' reports per tick (after the first), every group | "
+        f"{r.receive_seconds_per_tick * 1000:.0f} ms | — |",
+        f"| ... the daemon's groups only (as it folds now) | {r.receive_own_seconds_per_tick * 1000:.0f} ms | — |",
         f"| quota calculator per tick ({r.groups_per_daemon} groups) | {r.calc_seconds_per_tick * 1000:.0f} ms | — |",
         f"| cluster: published / consumed per tick | {_mb(r.cluster_publish_bytes_per_tick)} / "
         f"{_mb(r.cluster_consume_bytes_per_tick)} | {_mb(PIP82['publish_bytes_cluster'])} / "

@@ -6,6 +6,11 @@ means "before the receiver's next tick" (the real topic delivers in milliseconds
 and a daemon folds what arrived at its next tick); a delay of d ticks holds the
 report back d ticks more. Delivery order among reports due at the same time is
 publish order, so a run is a pure function of the scenario and the seed.
+
+The sender gets its own report back too, as a daemon's own subscription does on
+the real topic (it measures the topic's delivery delay from it, even alone). The
+echo is lost with the same probability, drawn from a separate generator so that
+what peers receive does not depend on it.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Transport:
     def __init__(self, spec: TransportSpec, seed: int | str, tick_seconds: float = 1.0) -> None:
         self.spec = spec
         self.rng = random.Random(f"transport:{seed}")
+        self.echo_rng = random.Random(f"transport-echo:{seed}")
         self.tick_seconds = tick_seconds
         self._queue: list[_InFlight] = []
         self._order = 0
@@ -43,11 +49,14 @@ class Transport:
         self.duplicated = 0
 
     def publish(self, sender: str, data: bytes, now: float, receivers: Iterable[str]) -> None:
-        """Queue `data` for every receiver but the sender."""
+        """Queue `data` for every receiver, the sender's echo included."""
         self.sent += 1
         due = now + self.spec.delay * self.tick_seconds
         for r in sorted(receivers):
             if r == sender:
+                if not (self.spec.loss and self.echo_rng.random() < self.spec.loss):
+                    self._order += 1
+                    heapq.heappush(self._queue, _InFlight(due, self._order, r, data))
                 continue
             if self.spec.loss and self.rng.random() < self.spec.loss:
                 self.lost += 1

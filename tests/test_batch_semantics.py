@@ -23,15 +23,7 @@ from rgd.api.requests import Ask
 from rgd.groups import KINDS, RATE_FIELDS, GroupRegistry, ResourceGroup
 from rgd.limiter import Limiter
 from rgd.token_bucket import TokenBucket
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
+from tests.fake_clock import FakeClock
 
 _rate = st.sampled_from([-1, -1, 0, 1, 3.5, 10, 50, 1000, 1e15])  # -1: unlimited; 1e15 x burst 10 > 2**53 tokens
 _group = st.fixed_dictionaries({f: _rate for f in RATE_FIELDS})
@@ -68,7 +60,7 @@ def _registry(groups: list[dict[str, float]], tenant_groups: list[int | None],
     return reg
 
 
-def _daemon(reg: GroupRegistry, clock: Clock, burst: float) -> SimpleNamespace:
+def _daemon(reg: GroupRegistry, clock: FakeClock, burst: float) -> SimpleNamespace:
     """What `_batch` reads of a daemon: the effective config and the limiter."""
     return SimpleNamespace(config=SimpleNamespace(effective=reg), limiter=Limiter(clock, burst_seconds=burst))
 
@@ -104,7 +96,7 @@ def _state(lim: Limiter) -> dict:
        st.sampled_from([0.5, 1.0, 10.0]), st.lists(_round, min_size=1, max_size=4))
 def test_batch_answers_and_state_equal_one_by_one(groups, tenant_groups, ns_override, topic_override, burst, rounds):
     reg = _registry(groups, tenant_groups, ns_override, topic_override)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     batched, single = _daemon(reg, clock, burst), _daemon(reg, clock, burst)
     for dt, charges, asks in rounds:
         clock.t += dt
@@ -142,7 +134,7 @@ def test_one_group_batch_matches_token_bucket_model(msg_rate, byte_rate, burst, 
     """A denied ask takes nothing, so a later smaller one may still pass."""
     reg = GroupRegistry({"g": ResourceGroup.from_admin("g", {"publishRateInMsgs": msg_rate,
                                                              "publishRateInBytes": byte_rate})}, {}, {"t": "g"})
-    clock = Clock()
+    clock = FakeClock(1000.0)
     clock.t = 0.0
     d = _daemon(reg, clock, burst)
     d.limiter.record_usage(reg.resolve("t/ns"), "publish", *debt, "t/ns")
@@ -154,7 +146,7 @@ def test_one_group_batch_matches_token_bucket_model(msg_rate, byte_rate, burst, 
 def test_a_denied_ask_takes_nothing_and_a_smaller_later_one_passes():
     """A literal case: 10 msg/s, asks 6, 6, 3 -> the second is denied, the third fits the 4 left."""
     reg = GroupRegistry({"g": ResourceGroup("g", 10, -1, -1, -1)}, {}, {"t": "g"})
-    d = _daemon(reg, Clock(), 1.0)
+    d = _daemon(reg, FakeClock(1000.0), 1.0)
     out = _batch(d, [Ask("t/a", "publish", 6), Ask("t/b", "publish", 6), Ask("t/a", "publish", 3)])
     docs = msgspec.json.decode(_encode(out))
     assert [r["allowed"] for r in docs] == [True, False, True]
@@ -164,7 +156,7 @@ def test_a_denied_ask_takes_nothing_and_a_smaller_later_one_passes():
 
 def test_an_empty_ask_is_denied_in_fractional_debt_as_alone():
     """Half a token of debt: an ask of 0 messages is denied one by one (tokens < 0), so in a batch too."""
-    clock = Clock()
+    clock = FakeClock(1000.0)
     reg = GroupRegistry({"g": ResourceGroup("g", 10, -1, -1, -1)}, {}, {"t": "g"})
     d = _daemon(reg, clock, 1.0)
     d.limiter.record_usage(reg.resolve("t/a"), "publish", 11, 0, "t/a")  # 10 - 11 = -1

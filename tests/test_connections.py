@@ -94,3 +94,64 @@ def test_the_limit_stays_under_the_fd_limit() -> None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert connection_limit(10**9) == (10**9 if soft == resource.RLIM_INFINITY else soft - FD_RESERVE)
     assert connection_limit(5) == 5
+
+
+def _post_in_pieces(port: int, body: bytes, pieces: list[bytes], gap: float, read_timeout: float) -> tuple[bytes, float]:
+    """POST /v1/acquire announcing `body`'s length, then send `pieces` `gap` seconds apart;
+    returns what the server answered (b"" if nothing) and when, from the headers."""
+    import time
+
+    with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as s:
+        s.sendall(b"POST /v1/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body))
+        started = time.monotonic()
+        s.setblocking(False)
+        answer = b""
+        for piece in pieces:
+            time.sleep(gap)
+            try:
+                answer += s.recv(4096)
+            except BlockingIOError:
+                pass
+            if answer:
+                break
+            try:
+                s.sendall(piece)
+            except OSError:
+                break
+        s.settimeout(read_timeout)
+        while b"\r\n\r\n" not in answer:
+            try:
+                chunk = s.recv(4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+        return answer, time.monotonic() - started
+
+
+async def test_a_body_that_trickles_in_is_cut_off_with_408(make_daemon, tmp_path) -> None:
+    cfg = write_config(tmp_path / "c.yaml", {"g": {"publishRateInMsgs": 100}}, {"t/ns": "g"})
+    d = await make_daemon("a", cfg, http_idle_timeout=1.0)
+    body = b'{"namespace": "t/ns", "messages": 1}'
+    # One byte every 0.25 s: 9 s for the whole body, far past the 1 s allowed after the headers.
+    answer, after = await asyncio.to_thread(_post_in_pieces, d.bound_port, body,
+                                            [body[i:i + 1] for i in range(len(body))], 0.25, 10)
+    head = answer.split(b"\r\n\r\n")[0].lower()
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b"connection: close" in head
+    assert b"not received within 1 s" in answer
+    assert 1.0 <= after < 4.0
+    # Whatever arrives later is not an acquire: nothing admitted, no handler left waiting.
+    await wait_for(lambda: not any(getattr(h, "_request_in_progress", False)
+                                   for h in d.connection_guard.server.connections), 15)
+    assert sum(st.total_admitted_messages for st in d.limiter.states.values()) == 0
+
+
+async def test_a_body_split_from_its_headers_but_in_time_is_answered(make_daemon, tmp_path) -> None:
+    cfg = write_config(tmp_path / "c.yaml", {"g": {"publishRateInMsgs": 100}}, {"t/ns": "g"})
+    d = await make_daemon("a", cfg, http_idle_timeout=2.0)
+    body = b'{"namespace": "t/ns", "messages": 1}'
+    answer, _ = await asyncio.to_thread(_post_in_pieces, d.bound_port, body, [body[:10], body[10:]], 0.2, 10)
+    assert answer.startswith(b"HTTP/1.1 200"), answer

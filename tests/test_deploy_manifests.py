@@ -518,3 +518,61 @@ def test_dashboard_is_well_formed() -> None:
             for open_, close in ("()", "{}", "[]"):
                 assert expr.count(open_) == expr.count(close), f"{panel['title']}: unbalanced {open_}{close}"
         assert panel["datasource"]["uid"] == "${datasource}"
+
+
+def _readme_install_command(name: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    [line] = [ln.strip() for ln in readme.splitlines()
+              if f"create secret generic {name} " in ln and "openssl rand" in ln]
+    return line
+
+
+def test_reports_are_signed_by_default_with_a_key_from_a_required_secret(rendered: list[dict[str, Any]]) -> None:
+    """Secure by default: the daemon's keys file lies in a read-only mount of the
+    `rgd-report-keys` Secret, which is required (no `optional`: a pod without it does
+    not start rather than run unsigned), and the README's install steps create it."""
+    pod, c = _daemon(rendered)
+    keys_file = _env(c)["RGD_REPORT_HMAC_KEYS_FILE"]["value"]
+    assert "report_hmac_keys_file" in FIELDS and env_name("report_hmac_keys_file") == "RGD_REPORT_HMAC_KEYS_FILE"
+    [mount] = [m for m in c["volumeMounts"] if keys_file.startswith(m["mountPath"] + "/")]
+    assert mount["readOnly"] is True
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    secret = volume["secret"]
+    assert secret["secretName"] == "rgd-report-keys" and not secret.get("optional", False)
+    assert secret["items"] == [{"key": "keys", "path": keys_file[len(mount["mountPath"]) + 1:]}]
+    assert "--from-literal=keys=" in _readme_install_command("rgd-report-keys")
+
+
+def test_the_readme_key_and_rotation_steps_give_files_the_daemon_loads(tmp_path: Path) -> None:
+    """Run the README's shell for the Secret's content (openssl, printf) without kubectl:
+    the install key and each rotation step's file load as HmacKeys, and each step
+    verifies what the previous step's daemons sign and signs what they verify."""
+    if shutil.which("openssl") is None or shutil.which("bash") is None:
+        pytest.fail("openssl and bash are needed to run the README's key commands")
+    from rgd.report_codec import HmacKeys
+
+    literal = re.search(r'--from-literal=keys="(.*)"$', _readme_install_command("rgd-report-keys")).group(1)
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Rotate the report key"):readme.index("### Configure resource groups")]
+    script = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    steps = re.findall(r'^set_keys (".*")\s+#', script, re.M)
+    new = re.search(r'^NEW=(".*?")\s', script, re.M).group(1)
+    assert len(steps) == 3
+    out = subprocess.run(
+        ["bash", "-c", f'OLD="{literal}"; NEW={new}; printf "%s\\0" "$OLD"; '
+                       f'for s in {" ".join(steps)}; do printf "%s\\0" "$s"; done'],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    files = [f for f in out.split("\0") if f]
+    assert len(files) == 4
+    chain = []
+    for i, text in enumerate(files):
+        path = tmp_path / f"step{i}"
+        path.write_text(text + "\n")
+        chain.append(HmacKeys.load(str(path)))
+    assert [len(k.keys) for k in chain] == [1, 2, 2, 1]
+    assert chain[1].keys[0][1] != chain[2].keys[0][1] and chain[3].keys == chain[2].keys[:1]
+    payload = b"report"
+    for before, after in zip(chain, chain[1:]):
+        # Mid-rollout, daemons on either step hear each other.
+        assert after.verify(payload, before.sign(payload)) and before.verify(payload, after.sign(payload))

@@ -51,7 +51,7 @@ async def test_full_disk_keeps_ticking_shows_in_readyz_and_resumes(
     monkeypatch.setattr(segment_module, "open", disk.open, raising=False)
     cfg = write_config(tmp_path / "c.yaml", {"g": {"publishRateInMsgs": 100}}, {"t/ns": "g"})
     a = await make_daemon("a", cfg, tick=0.1, log_segment_bytes=segment_bytes)
-    b = await make_daemon("b", cfg, tick=0.1)
+    await make_daemon("b", cfg, tick=0.1)
     url = base_url(a)
     ask = {"namespace": "t/ns", "kind": "publish", "messages": 1}
     async with http.post(url + "/v1/acquire", json=ask) as r:

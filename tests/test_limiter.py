@@ -2,18 +2,11 @@ import math
 
 from rgd.groups import ResourceGroup
 from rgd.limiter import REASON_BYTES, REASON_DEBT, REASON_MESSAGES, Limiter
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.fake_clock import FakeClock
 
 
 def test_tighter_limit_wins_and_denial_takes_nothing():
-    clock = Clock()
+    clock = FakeClock(0.0)
     lim = Limiter(clock, burst_seconds=1.0)
     g = ResourceGroup("g", publish_msgs=100, publish_bytes=1000)
     d = lim.acquire(g, "publish", 10, 900, "t/ns")
@@ -26,7 +19,7 @@ def test_tighter_limit_wins_and_denial_takes_nothing():
 
 
 def test_message_reason_and_counters():
-    clock = Clock()
+    clock = FakeClock(0.0)
     lim = Limiter(clock, burst_seconds=1.0)
     g = ResourceGroup("g", publish_msgs=5)
     for _ in range(5):
@@ -41,7 +34,7 @@ def test_message_reason_and_counters():
 
 
 def test_usage_creates_debt_that_acquires_repay():
-    clock = Clock()
+    clock = FakeClock(0.0)
     lim = Limiter(clock, burst_seconds=1.0)
     g = ResourceGroup("g", dispatch_msgs=10)
     lim.record_usage(g, "dispatch", 30, 0, "t/ns")  # 10 in bucket -> -20
@@ -54,7 +47,7 @@ def test_usage_creates_debt_that_acquires_repay():
 
 
 def test_set_limit_at_runtime_keeps_bucket():
-    clock = Clock()
+    clock = FakeClock(0.0)
     lim = Limiter(clock, burst_seconds=1.0)
     g = ResourceGroup("g", publish_msgs=100)
     lim.acquire(g, "publish", 100, 0, "t/ns")
@@ -92,7 +85,7 @@ def _reference(mb: TokenBucket, bb: TokenBucket, messages: int, nbytes: int, now
 @settings(max_examples=300, deadline=None)
 @given(_rates, _rates, st.sampled_from([0.5, 1.0, 2.0]), _steps)
 def test_inlined_acquire_matches_token_bucket_methods(msg_rate, byte_rate, burst, steps):
-    clock = Clock()
+    clock = FakeClock(0.0)
     lim = Limiter(clock, burst_seconds=burst, initial_limits=lambda g, k: (msg_rate, byte_rate))
     g = ResourceGroup("g")
     lim.state(g, "publish", 0.0)  # created now, as the reference buckets are
@@ -144,7 +137,7 @@ def test_retry_after_never_exceeds_the_next_recomputation_unless_the_debt_needs_
 
 
 def test_limiter_caps_retry_after_at_the_recompute_time() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     lim = Limiter(clock, burst_seconds=1.0)
     g = ResourceGroup("g", publish_msgs=1000)
     lim.set_limit(g, "publish", 2.0, math.inf)  # a 2 msg/s share of a 1000 msg/s group

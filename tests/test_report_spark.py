@@ -24,6 +24,7 @@ from rgd.report.fairness import max_min_fair  # noqa: E402
 from rgd.usage_log import UsageLog, read_segment  # noqa: E402
 from rgd.usage_log.frame import RECEIPT  # noqa: E402
 from rgd.wire.usage_report_pb2 import UsageReport  # noqa: E402
+from tests.fake_clock import FakeClock
 
 pytestmark = pytest.mark.spark
 
@@ -34,14 +35,6 @@ OFFSET_MS = {"a": 100, "b": 300, "c": 500}
 LEAVE_AT = 25  # c's last report, with leaving=True
 RESTART_AT = 30  # b restarts: new incarnation, sequence back to 1
 DROPPED = {("a", "b", 1, 10), ("a", "b", 1, 11), ("b", "c", 1, 20)}  # (receiver, publisher, inc, seq) never heard
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = float(T0)
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def demand(d: str, g: str, t: int) -> int:
@@ -59,7 +52,7 @@ def admitted(d: str, g: str, t: int) -> int:
 
 
 def build_scenario(root: Path) -> dict:
-    clock = Clock()
+    clock = FakeClock(float(T0))
     logs = {d: UsageLog(root / "logs", d, segment_max_bytes=3000, clock=clock) for d in "abc"}
     inc = {"a": 1, "b": 1, "c": 1}
     seq = {"a": 0, "b": 0, "c": 0}

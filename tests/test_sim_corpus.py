@@ -12,6 +12,15 @@ better; the worst window's Jain index fell from 0.990 to 0.946 (case 3: a 1-2 ms
 bytes-only group under a 2-tick delay keeps its smallest recent reading for the delay)
 and windows at >= 95 % utilization from 0.996 to 0.989 (conservative dominant shares
 where daemons bind on different dimensions).
+
+Re-measured when daemons began to settle on the measured delivery delay (a tick plus the
+delay of listening, not a tick), to resume same-id restarts and to keep a waking group's
+even split until each member has reported: scenarios with no tick over 10 % went from 23
+to 26 of 30 and the worst overshoot from 112 % to 62 %; windows at >= 95 % utilization
+0.989 -> 0.991; changes within 3 ticks fell from 0.962 to 0.954 and within 5 from 0.977
+to 0.973 (start-up under a 1-tick delay converges a tick later: nobody may take more
+than the floor before every peer's report has had time to arrive). Jain min and
+utilization min did not move.
 """
 
 from __future__ import annotations
@@ -73,14 +82,14 @@ def test_rgd_floors_on_the_corpus() -> None:
               f"no tick over 10 % in {calm:.3f} of scenarios"
     assert min(jains) >= 0.94, figures  # target 0.99 in every window: measured 0.946
     assert min(utils) >= 0.89, figures  # target 0.95 in every window: measured min 0.897 ...
-    assert util_ok >= 0.985, figures  # ... and 0.989 of windows at >= 0.95
-    assert within3 >= 0.955, figures  # target 0.95 of changes: measured 0.962
-    assert within5 >= 0.97, figures  # target: all of them; measured 0.977
-    assert calm >= 0.75, figures  # target: every scenario; measured 23 of 30 (0.767)
+    assert util_ok >= 0.99, figures  # ... and 0.991 of windows at >= 0.95
+    assert within3 >= 0.95, figures  # target 0.95 of changes: measured 0.954
+    assert within5 >= 0.97, figures  # target: all of them; measured 0.973
+    assert calm >= 0.85, figures  # target: every scenario; measured 26 of 30 (0.867)
 
 
 @pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: Jain 0.946 (0.99), "
-                   "windows >= 95 % utilization 0.989 (all), changes within 5 ticks 0.977 (all)")
+                   "windows >= 95 % utilization 0.991 (all), changes within 5 ticks 0.973 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)
@@ -90,7 +99,8 @@ def test_rgd_meets_the_targets_on_the_corpus() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="doorman-fair converges within 3 ticks in 0.973 of the corpus's changes, "
-                   "rgd in 0.962 (its conservative dominant shares where daemons bind on different dimensions)")
+                   "rgd in 0.954 (its conservative dominant shares where daemons bind on different dimensions, "
+                   "and start-up under a 1-tick delay waits for every peer's report)")
 def test_no_other_strategy_converges_better_on_the_corpus() -> None:
     def key(strategy: str) -> tuple[float, float]:
         strict = _strict(_completed(strategy))

@@ -121,11 +121,11 @@ def test_cli_fuzz_prints_targets_and_writes_replayable_failures(tmp_path: Path,
         assert line in out, line
     assert (tmp_path / "fuzz.md").read_text().startswith("## Fuzz: 4 scenarios x 2 strategies, seed 1")
     failing = sorted((tmp_path / "failing").glob("*.yaml"))
-    assert failing  # case 0 of seed 1 overshoots (delay 2 ticks at start-up)
+    assert failing  # case 2 of seed 1 overshoots (20 % at g11/publish)
     text = failing[0].read_text()
-    assert text.startswith("# Fuzzed case 0 of seed 1") and "# rgd: overshoot" in text
-    assert load(str(failing[0])) == draw_scenario(1, 0)
-    assert yaml.safe_load(text)["name"] == "fuzz-1-0000"
+    assert text.startswith("# Fuzzed case 2 of seed 1") and "# rgd: overshoot" in text
+    assert load(str(failing[0])) == draw_scenario(1, 2)
+    assert yaml.safe_load(text)["name"] == "fuzz-1-0002"
 
 
 def test_cli_fuzz_rejects_bad_counts(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,6 +24,7 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
+from rgd.api.body import read_body
 from rgd.api.broker import DAEMON
 from rgd.api.errors import ApiError, bad_request, json_errors, json_response
 from rgd.api.requests import parse_json
@@ -127,7 +128,7 @@ async def put_group(request: web.Request) -> web.Response:
     _authorize_write(request)
     daemon = request.app[DAEMON]
     name = _group_name(request)
-    body = parse_json(await request.read())
+    body = parse_json(await read_body(request, daemon.settings.http_idle_timeout))
     base = daemon.config.effective.groups.get(name)
     try:
         group = ResourceGroup.from_admin(name, body, base=base, strict=False)
@@ -230,7 +231,8 @@ async def post_topic_attachment(request: web.Request) -> web.Response:
     removes the attachment (the client's removeResourceGroup sends null)."""
     _authorize_write(request)
     key, _ = _attachment(request)
-    raw = (await request.read()).decode("utf-8", "replace").strip()
+    timeout = request.app[DAEMON].settings.http_idle_timeout
+    raw = (await read_body(request, timeout)).decode("utf-8", "replace").strip()
     if raw.startswith('"'):
         try:
             raw = orjson.loads(raw)

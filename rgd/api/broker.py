@@ -17,6 +17,7 @@ import msgspec
 import orjson
 from aiohttp import web
 
+from rgd.api.body import read_body, read_slow_body
 from rgd.api.errors import ApiError, as_json_error, bad_request, json_errors, json_response
 from rgd.api.requests import Ask, namespace_ok, parse_body
 from rgd.groups import KINDS
@@ -136,7 +137,8 @@ async def acquire(request: web.Request) -> web.Response:
     # `except` does its work) and the allowed answer is built here.
     try:
         daemon = request.app[DAEMON]
-        asks, is_batch = parse_body(await request.read())
+        asks, is_batch = parse_body(await request.read() if request.content.is_eof()
+                                    else await read_slow_body(request, daemon.settings.http_idle_timeout))
         if is_batch:
             return web.Response(body=_encode({"results": _batch(daemon, asks)}), content_type="application/json")
         ask = asks[0]
@@ -156,7 +158,7 @@ async def acquire(request: web.Request) -> web.Response:
 @json_errors
 async def usage(request: web.Request) -> web.Response:
     daemon = request.app[DAEMON]
-    asks, _ = parse_body(await request.read())
+    asks, _ = parse_body(await read_body(request, daemon.settings.http_idle_timeout))
     resolve = daemon.config.effective.resolve
     recorded = 0
     for ask in asks:

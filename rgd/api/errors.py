@@ -24,6 +24,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ApiError(Exception):
+    close_connection = False  # answer with `Connection: close` (the request was not read whole)
+
     def __init__(self, status: int, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
@@ -64,7 +66,10 @@ def http_error_response(exc: web.HTTPException) -> web.Response:
 def as_json_error(request: web.Request, exc: Exception) -> web.Response:
     """The JSON answer for an `ApiError` or an aiohttp HTTP error (re-raised below 400)."""
     if isinstance(exc, ApiError):
-        return error_response(exc.status, exc.message, exc.reason)
+        response = error_response(exc.status, exc.message, exc.reason)
+        if exc.close_connection:
+            response.force_close()
+        return response
     if isinstance(exc, web.HTTPException) and exc.status >= 400:
         return http_error_response(exc)
     raise exc

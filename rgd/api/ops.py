@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from importlib import resources
 
 from aiohttp import web
@@ -17,7 +18,13 @@ def openapi_bytes() -> bytes:
 
 @json_errors
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[DAEMON].metrics.render()
+    # Rendered in a worker thread: with thousands of groups (and every peer's entry of each in
+    # rgd_peer_usage_rate) a scrape is ~10^5 samples, a second of Python that would otherwise
+    # hold up every ask. The collectors read the daemon's dicts through list() copies, each
+    # taken whole under the GIL, so the loop may go on changing them meanwhile.
+    daemon = request.app[DAEMON]
+    daemon.refresh_liveness()  # on the loop, before the render thread reads the gauges
+    body = await asyncio.to_thread(daemon.metrics.render)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

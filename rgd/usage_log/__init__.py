@@ -3,7 +3,9 @@
 - frame.py: one frame, `[magic][meta len][LogEntryMetadata][payload len][payload][crc]`;
 - segment.py: segment names, the buffered writer, the damage-tolerant reader;
 - archive.py: copying closed segments to a directory or fsspec URI, and the lag figures;
-- log.py: `UsageLog`, the facade the daemon calls once per report and once per tick.
+- log.py: `UsageLog`, the facade the daemon calls once per report and once per tick;
+- resume.py: what a same-id restart resumes from, read back from the log (not imported
+  here: it needs rgd.cluster_node).
 """
 
 from rgd.usage_log.archive import LagFigures

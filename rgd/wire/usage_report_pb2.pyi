@@ -43,7 +43,7 @@ class GroupUsage(_message.Message):
     def __init__(self, group: _Optional[str] = ..., namespaces: _Optional[_Iterable[str]] = ..., topics: _Optional[int] = ..., publish: _Optional[_Union[KindUsage, _Mapping]] = ..., dispatch: _Optional[_Union[KindUsage, _Mapping]] = ..., replication: _Optional[_Union[KindUsage, _Mapping]] = ...) -> None: ...
 
 class UsageReport(_message.Message):
-    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement")
+    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys")
     DAEMON_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class UsageReport(_message.Message):
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     RESTATEMENT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_KEYS_FIELD_NUMBER: _ClassVar[int]
     daemon_id: str
     sequence: int
     publish_time_ms: int
@@ -60,4 +61,27 @@ class UsageReport(_message.Message):
     groups: _containers.RepeatedCompositeFieldContainer[GroupUsage]
     incarnation: int
     restatement: bool
-    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[GroupUsage, _Mapping]]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ...) -> None: ...
+    group_keys: bytes
+    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[GroupUsage, _Mapping]]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ...) -> None: ...
+
+class UsageReportEntries(_message.Message):
+    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys")
+    DAEMON_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    TICK_MS_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    RESTATEMENT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_KEYS_FIELD_NUMBER: _ClassVar[int]
+    daemon_id: str
+    sequence: int
+    publish_time_ms: int
+    tick_ms: int
+    leaving: bool
+    groups: _containers.RepeatedScalarFieldContainer[bytes]
+    incarnation: int
+    restatement: bool
+    group_keys: bytes
+    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[bytes]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ...) -> None: ...

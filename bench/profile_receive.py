@@ -1,0 +1,101 @@
+"""Where a daemon's event-loop time and memory go at PIP-82's scale, without the network.
+
+    .venv/bin/python bench/profile_receive.py [--rounds 6] [--profile out.pstats] [--top 25] [--trace]
+
+Drives the real receive path (ClusterNode.receive: decode_report, check_plausible, the
+keeper's fold), the tick (tick_report) and the calculator (recompute) of one ClusterNode
+serving bench/scale_probe.py's 5 000 groups, with the probe's own payloads: 99 peers'
+reports, every group in the first round, then a random 36 % each round. Prints per round
+the milliseconds of each phase and with --trace the traced memory (usage map and all); with --profile, the
+cProfile of the whole run (the top functions by own time are printed as well).
+To compare with an older revision, copy this file into that tree's bench/ and run it there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import random
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale_probe import Peer, _entry, layout  # noqa: E402
+
+from rgd.cluster_node import ClusterNode, NodeConfig  # noqa: E402
+from rgd.groups import ResourceGroup  # noqa: E402
+try:
+    from rgd.report_codec import group_key_bytes  # noqa: E402
+except ImportError:  # a revision before the report index (copied into an older tree to compare)
+    group_key_bytes = None
+from sim.scale import group_name, namespace_name  # noqa: E402
+
+
+def build(peers_n: int, per_daemon: int) -> tuple[ClusterNode, list[Peer], list[float]]:
+    own, peer_groups = layout(peers_n, per_daemon)
+    registry = {group_name(g): ResourceGroup(group_name(g), publish_msgs=10_000.0) for g in own}
+    clock = [time.monotonic()]
+    node = ClusterNode(NodeConfig("focus"), 1, lambda: clock[0], lambda _now: int(time.time() * 1000),
+                       lambda: registry)
+    for g in own:
+        node.limiter.acquire(registry[group_name(g)], "publish", 1, 1000, namespace_name(g), now=clock[0])
+    entries = {i: [[_entry(g, random.Random(f"peer:{i}:{v}:{g}")) for g in groups] for v in range(2)]
+               for i, groups in peer_groups.items()}
+    if group_key_bytes is None:
+        return node, [Peer(i, entries[i], int(time.time() * 1000)) for i in peer_groups], clock
+    keys = {i: [group_key_bytes(group_name(g)) for g in groups] for i, groups in peer_groups.items()}
+    peers = [Peer(i, entries[i], keys[i], int(time.time() * 1000)) for i in peer_groups]
+    return node, peers, clock
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="profile_receive", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--peers", type=int, default=99)
+    p.add_argument("--groups", type=int, default=5000)
+    p.add_argument("--profile", help="write the cProfile stats here (and print the top functions)")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--trace", action="store_true", help="trace memory (tracemalloc: slows every phase several times)")
+    ns = p.parse_args(argv)
+    node, peers, clock = build(ns.peers, ns.groups)
+    rng = random.Random("profile")
+    payloads = [[peer.report(r, 0.36, rng) for peer in peers] for r in range(ns.rounds)]
+    prof = cProfile.Profile() if ns.profile else None
+    if ns.trace:
+        tracemalloc.start()
+    print(f"$ {' '.join([sys.executable, *sys.argv])}")
+    print("round  receive ms  (per report)  tick_report ms  recompute ms  map entries  traced MB")
+    for r, reports in enumerate(payloads):
+        clock[0] += 1.0
+        if prof:
+            prof.enable()
+        t0 = time.perf_counter()
+        for data in reports:
+            rec = node.receive(data, {}, clock[0])
+            assert rec.accepted, rec.reason
+        t1 = time.perf_counter()
+        node.tick_report(clock[0])
+        t2 = time.perf_counter()
+        if hasattr(node, "recompute_tick"):
+            node.recompute_tick(clock[0])  # what the tick recomputes (every group or what changed)
+        else:
+            node.recompute()
+        t3 = time.perf_counter()
+        if prof:
+            prof.disable()
+        entries = sum(len(e) for e in node.usage_map.groups.values())
+        print(f"{r:5d}  {1000 * (t1 - t0):10.1f}  {1000 * (t1 - t0) / len(reports):11.2f}  "
+              f"{1000 * (t2 - t1):14.1f}  {1000 * (t3 - t2):12.1f}  {entries:11d}  "
+              f"{tracemalloc.get_traced_memory()[0] / 1e6 if ns.trace else float('nan'):9.1f}")
+    if prof:
+        prof.dump_stats(ns.profile)
+        pstats.Stats(ns.profile).sort_stats("tottime").print_stats(ns.top)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,570 @@
+"""Live probe at PIP-82's scale: one real daemon serving 5 000 groups among 99 busy peers.
+
+    .venv/bin/python bench/scale_probe.py [--seconds 40] [--cpu 1] [--out probe.json]
+
+PIP-82 sizes resource groups for 100 brokers and 100 000 namespaces, 5 000 per
+broker. This probe puts one real `rgd run` process (its own process, pinned to one
+core) in that cluster: the embedded pulsar-lite broker, a config of the 5 000 groups
+it serves (sim/scale.py's layout: 100 daemons, 100 000 groups, each active on 5), and
+99 simulated peers publishing PIP-82-sized reports on the usage topic every second:
+all their 5 000 groups in the first round, then a random share (`--sent-share`, 36 %
+as PIP-82 suppression leaves in `python -m sim scale`). Peers' reports are real
+UsageReport protobufs built once (two value sets, alternating, so figures change)
+with a fresh header each round and the entries' index (`group_keys`, as rgd senders
+fill it); they reach the daemon exactly as a peer's would.
+
+Meanwhile brokers ask the daemon at a fixed rate (`--ask-rate` single asks per
+second over HTTP, round robin over its groups). An ask's latency is counted from
+when it was due, not from when it was sent, so a client held up by a stalled daemon
+cannot hide the stall (a timed-out ask counts as its timeout). It prints, against the
+issue's bounds:
+- acquire latency p50 / p99 / max while the peers publish;
+- the daemon's work per tick on its event loop: rgd_tick_seconds (mean) plus, where the
+  daemon exports it, rgd_react_seconds (folding peers' reports between ticks, early
+  reports, recomputing what changed) summed per tick;
+- the daemon's RSS (max over the run, sampled each second from /proc);
+- the daemon's own report bytes: the first report, and the mean per tick after it,
+  as published (compression off) and as LZ4 / ZSTD would carry them (measured on the
+  captured payloads with the same codecs the Pulsar client uses, when installed);
+- how long /metrics took to answer (scraped every 15 s, as a Prometheus would).
+Everything it starts is stopped at the end, also on errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import shutil
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pulsar
+import yaml
+
+from rgd.daemon_process import DaemonProcess
+from rgd.embedded_broker import start_or_join
+from rgd.report_codec import group_key_bytes
+from rgd.settings import DEFAULT_TOPIC
+from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
+from sim.scale import ScaleSpec, daemon_id, group_name, members_of, namespace_name
+
+# The issue's bounds (Done when).
+P99_MS = 20.0
+MAX_MS = 100.0
+TICK_WORK_MS = 100.0
+RSS_MB = 150.0
+FIRST_REPORT_KB = 280.0
+TICK_REPORT_KB = 100.0
+ASK_TIMEOUT_S = 10.0
+SCRAPE_EVERY_S = 15.0  # a common Prometheus scrape interval; each scrape at 5 000 groups is ~10^5 samples
+_QUIET = logging.getLogger("pulsar")  # the C++ client's INFO lines would bury the figures
+_QUIET.setLevel(logging.WARNING)
+PEER_PROPERTY = "rgd-scale-probe-peer"  # marks the probe's own messages, so its reader skips them unparsed
+
+
+def layout(peers: int, per_daemon: int) -> tuple[list[int], dict[int, list[int]]]:
+    """sim/scale.py's layout: the focus daemon's groups, and every peer's."""
+    daemons = peers + 1
+    spec = ScaleSpec(daemons=daemons, groups=daemons * per_daemon // 5, spread=5)
+    served: dict[int, list[int]] = {i: [] for i in range(daemons)}
+    for g in range(spec.groups):
+        for d in members_of(g, spec):
+            served[d].append(g)
+    return served[0], {i: served[i] for i in range(1, daemons)}
+
+
+def _entry(g: int, rng: random.Random) -> bytes:
+    """One group entry as a peer reports it (the fields rgd fills), serialized."""
+    demand = int(rng.uniform(50, 2000))
+    adm = int(demand * 0.9)
+    gu = GroupUsage(group=group_name(g), namespaces=[namespace_name(g)], topics=3)
+    gu.publish.CopyFrom(KindUsage(admitted_messages=adm, admitted_bytes=adm * 1000, throttled_messages=demand - adm,
+                                  throttled_bytes=(demand - adm) * 1000, limit_messages=float(adm), limit_bytes=-1.0,
+                                  quota_messages=10_000.0, quota_bytes=-1.0))
+    gu.dispatch.CopyFrom(KindUsage(limit_messages=-1.0, limit_bytes=-1.0, quota_messages=-1.0, quota_bytes=-1.0))
+    gu.replication.CopyFrom(KindUsage(limit_messages=-1.0, limit_bytes=-1.0, quota_messages=-1.0, quota_bytes=-1.0))
+    # As a repeated field 6 of UsageReport: concatenated after a header, they parse as one report.
+    holder = UsageReport()
+    holder.groups.append(gu)
+    return holder.SerializeToString()
+
+
+@dataclass
+class Peer:
+    index: int
+    entries: list[list[bytes]]  # two value sets, alternating by round
+    keys: list[bytes]  # each entry's index key (rgd.report_codec.group_key_bytes), as rgd senders fill it
+    incarnation: int
+    sequence: int = 0
+
+    def report(self, rnd: int, share: float, rng: random.Random) -> bytes:
+        self.sequence += 1
+        header = UsageReport(daemon_id=daemon_id(self.index), sequence=self.sequence,
+                             publish_time_ms=int(time.time() * 1000), tick_ms=1000,
+                             incarnation=self.incarnation).SerializeToString()
+        values = self.entries[rnd % 2]
+        picked = range(len(values)) if rnd == 0 else sorted(rng.sample(range(len(values)), int(len(values) * share)))
+        body = [values[i] for i in picked]
+        index = UsageReport(group_keys=b"".join(self.keys[i] for i in picked)).SerializeToString()
+        return header + b"".join(body) + index
+
+
+@dataclass
+class Figures:
+    latencies: list[float] = field(default_factory=list)  # seconds from due to answered
+    timeouts: int = 0
+    errors: int = 0
+    rss_mb: list[float] = field(default_factory=list)
+    metrics_s: list[float] = field(default_factory=list)
+    published_bytes: int = 0
+    rounds: int = 0
+    round_lag_s: list[float] = field(default_factory=list)  # how late each publish round started
+    usage_posts: int = 0
+
+
+def publish_peers(url: str, topic: str, peers: list[Peer], share: float, seconds: float, stop: threading.Event,
+                  figures: Figures) -> None:
+    """Every second, one report from every peer (send_async: one round takes milliseconds)."""
+    client = pulsar.Client(url, operation_timeout_seconds=10, logger=_QUIET)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=1000,
+                                          block_if_queue_full=True, send_timeout_millis=10_000)
+        rng = random.Random("scale-probe")
+        t0 = time.monotonic()
+        rnd = 0
+        while not stop.is_set() and rnd < seconds:
+            due = t0 + rnd
+            delay = due - time.monotonic()
+            if delay > 0 and stop.wait(delay):
+                break
+            figures.round_lag_s.append(time.monotonic() - due)
+            for p in peers:
+                data = p.report(rnd, share, rng)
+                figures.published_bytes += len(data)
+                producer.send_async(data, None, properties={PEER_PROPERTY: "1"})
+            rnd += 1
+            figures.rounds = rnd
+        producer.flush()
+        producer.close()
+    finally:
+        client.close()
+
+
+def capture_own(url: str, topic: str, focus: str, stop: threading.Event, out: list[tuple[bool, bytes]]) -> None:
+    """The daemon's own reports as published (the probe's peers' are skipped unparsed)."""
+    client = pulsar.Client(url, operation_timeout_seconds=10, logger=_QUIET)
+    try:
+        consumer = client.subscribe(topic, "scale-probe-capture", consumer_type=pulsar.ConsumerType.Exclusive)
+        while not stop.is_set():
+            try:
+                msg = consumer.receive(200)
+            except pulsar.Timeout:
+                continue
+            if PEER_PROPERTY in msg.properties():
+                continue
+            data = msg.data()
+            rep = UsageReport.FromString(data)
+            if rep.daemon_id == focus:
+                out.append((rep.restatement, data))
+        consumer.close()
+    finally:
+        client.close()
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def scrape(url: str) -> tuple[float, dict[str, float]]:
+    """GET /metrics: (seconds it took, {sample name: value} for the families we read)."""
+    started = time.monotonic()
+    with urllib.request.urlopen(url + "/metrics", timeout=ASK_TIMEOUT_S) as resp:
+        text = resp.read().decode()
+    took = time.monotonic() - started
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(("rgd_tick_seconds_", "rgd_react_seconds_", "rgd_quota_calculation_seconds_")) and "{" not in line:
+            name, value = line.split()
+            out[name] = float(value)
+    return took, out
+
+
+def final_scrape(url: str, figures: Figures, patience: float = 30.0) -> dict[str, float]:
+    """The histograms once the peers stopped: a daemon still folding their backlog may not
+    answer at first (each failed try counts as a /metrics timeout), so retry until it does."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            took, values = scrape(url)
+            figures.metrics_s.append(took)
+            return values
+        except OSError:
+            figures.metrics_s.append(ASK_TIMEOUT_S)
+            if time.monotonic() > deadline:
+                return {}  # no tick figures: reported as such (a FAIL)
+
+
+async def ask_load(url: str, groups: list[int], rate: float, seconds: float, figures: Figures) -> None:
+    """Single asks at a fixed rate, each timed from when it was due."""
+    connector = aiohttp.TCPConnector(limit=256)
+    timeout = aiohttp.ClientTimeout(total=ASK_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        async def one(due: float, g: int) -> None:
+            body = {"requests": [{"namespace": namespace_name(g), "kind": "publish", "messages": 1, "bytes": 1000}]}
+            try:
+                async with session.post(url + "/v1/acquire", json=body) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        figures.errors += 1
+                figures.latencies.append(time.monotonic() - due)
+            except asyncio.TimeoutError:
+                figures.timeouts += 1
+                figures.latencies.append(max(ASK_TIMEOUT_S, time.monotonic() - due))
+            except aiohttp.ClientError:
+                figures.errors += 1
+                figures.latencies.append(time.monotonic() - due)
+
+        tasks = []
+        t0 = time.monotonic()
+        n = int(rate * seconds)
+        for i in range(n):
+            due = t0 + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(due, groups[i % len(groups)])))
+        await asyncio.gather(*tasks)
+
+
+async def feed_usage(url: str, groups: list[int], seconds: float, figures: Figures) -> None:
+    """The brokers' traffic behind the asks: every second, each group's messages of that
+    second through /v1/usage (recorded after the fact, as brokers do for dispatch), its
+    demand drifting by up to 8 % a second as in `python -m sim scale`, so the daemon's own
+    reports are suppressed as PIP-82 suppresses them and their size per tick is real."""
+    rng = random.Random("scale-probe-usage")
+    demand = {g: rng.uniform(50, 2000) for g in groups}
+    timeout = aiohttp.ClientTimeout(total=ASK_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        t0 = time.monotonic()
+        for second in range(int(seconds)):
+            delay = t0 + second - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            for i in range(0, len(groups), 500):
+                chunk = groups[i:i + 500]
+                for g in chunk:
+                    demand[g] *= 1.0 + rng.uniform(-0.08, 0.08)
+                body = {"requests": [{"namespace": namespace_name(g), "kind": "publish", "messages": int(demand[g]),
+                                      "bytes": int(demand[g]) * 1000} for g in chunk]}
+                try:
+                    async with session.post(url + "/v1/usage", json=body) as resp:
+                        await resp.read()
+                        figures.usage_posts += 1
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    figures.errors += 1
+
+
+async def load(url: str, groups: list[int], rate: float, seconds: float, figures: Figures) -> None:
+    await asyncio.gather(ask_load(url, groups, rate, seconds, figures), feed_usage(url, groups, seconds, figures))
+
+
+async def warm(url: str, groups: list[int]) -> None:
+    """One ask per group so the daemon's limiter knows (and reports) every group it serves."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        for i in range(0, len(groups), 250):
+            body = {"requests": [{"namespace": namespace_name(g), "kind": "publish", "messages": 1, "bytes": 1000}
+                                 for g in groups[i:i + 250]]}
+            async with session.post(url + "/v1/acquire", json=body) as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"warm-up ask answered {resp.status}: {await resp.text()}")
+
+
+def codec_sizes(data: bytes) -> dict[str, float | None]:
+    """Bytes as published with no compression, and as the Pulsar client's LZ4 and ZSTD
+    producers carry them (the same libraries' formats, when installed), with the cost of
+    decompressing and parsing each on the receiving side."""
+    out: dict[str, float | None] = {"none": len(data), "lz4": None, "zstd": None}
+    started = time.perf_counter()
+    UsageReport.FromString(data)
+    out["none_decode_ms"] = 1000 * (time.perf_counter() - started)
+    try:
+        import lz4.block
+        packed = lz4.block.compress(data, store_size=False)
+        out["lz4"] = len(packed)
+        started = time.perf_counter()
+        UsageReport.FromString(lz4.block.decompress(packed, uncompressed_size=len(data)))
+        out["lz4_decode_ms"] = 1000 * (time.perf_counter() - started)
+    except ImportError:
+        pass
+    try:
+        import zstandard
+        packed = zstandard.ZstdCompressor(level=3).compress(data)
+        out["zstd"] = len(packed)
+        started = time.perf_counter()
+        UsageReport.FromString(zstandard.ZstdDecompressor().decompress(packed))
+        out["zstd_decode_ms"] = 1000 * (time.perf_counter() - started)
+    except ImportError:
+        pass
+    return out
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scale_probe", description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=40.0, help="how long the peers publish (default 40)")
+    p.add_argument("--peers", type=int, default=99, help="simulated peers (default 99)")
+    p.add_argument("--groups", type=int, default=5000, help="groups the daemon serves, as each peer (default 5000)")
+    p.add_argument("--sent-share", type=float, default=0.36, help="share of a peer's groups in each report after "
+                   "the first (default 0.36, PIP-82 suppression in `python -m sim scale`)")
+    p.add_argument("--ask-rate", type=float, default=200.0, help="single timed asks per second (default 200)")
+    p.add_argument("--cpu", type=int, default=os.cpu_count() - 1 if os.cpu_count() else 0,
+                   help="the core the daemon is pinned to (default: the last)")
+    p.add_argument("--baseline", metavar="GIT_REV", help="first run the daemon of this revision (git archive into "
+                   "a scratch directory) the same way, and compare")
+    p.add_argument("--daemon-arg", action="append", default=[], help="extra `rgd run` flag for this tree's daemon (repeatable; --daemon-arg=--flag=value)")
+    p.add_argument("--out", help="also write the figures as JSON here")
+    p.add_argument("--keep", action="store_true", help="keep the work directories (daemon logs, usage logs)")
+    ns = p.parse_args(argv)
+    if not 5 <= ns.seconds <= 120:
+        p.error("--seconds must be within 5..120")
+
+    own, peer_groups = layout(ns.peers, ns.groups)
+    print(f"building {ns.peers} peers' reports ({len(peer_groups[1])} groups each)...", flush=True)
+    built = time.monotonic()
+    entries = {i: [[_entry(g, random.Random(f"peer:{i}:{v}:{g}")) for g in groups] for v in range(2)]
+               for i, groups in peer_groups.items()}
+    keys = {i: [group_key_bytes(group_name(g)) for g in groups] for i, groups in peer_groups.items()}
+    print(f"... {time.monotonic() - built:.1f} s", flush=True)
+    runs: list[tuple[str, Path | None]] = []
+    scratch: list[Path] = []
+    if ns.baseline:
+        base = Path(tempfile.mkdtemp(prefix="rgd-scale-baseline-"))
+        scratch.append(base)
+        archive = subprocess.run(["git", "archive", ns.baseline], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+        runs.append((f"baseline {ns.baseline}", base))
+    runs.append(("this tree", None))
+    results = []
+    try:
+        for label, code in runs:
+            peers = [Peer(i, entries[i], keys[i], int(time.time() * 1000)) for i in peer_groups]
+            results.append(run_once(ns, label, code, own, peers))
+    finally:
+        for d in scratch:
+            shutil.rmtree(d, ignore_errors=True)
+    command = " ".join([sys.executable, *sys.argv])
+    print(f"\n$ {command}")
+    for r in results:
+        r["command"] = command
+        print_result(r)
+    if len(results) == 2:
+        compare(*results)
+    if ns.out:
+        Path(ns.out).write_text(json.dumps(results, indent=2) + "\n")
+    return 0 if results[-1]["pass"] else 1
+
+
+def compare(base: dict, new: dict) -> None:
+    """This tree against the baseline, as ratios (baseline / this tree: > 1 is better)."""
+    def ratio(key: str) -> str:
+        a, b = base[key], new[key]
+        return f"{a / b:.1f}x" if a and b else "n/a"
+    print(f"baseline / this tree: acquire p99 {ratio('acquire_p99_ms')}, max {ratio('acquire_max_ms')}, "
+          f"RSS max {ratio('rss_max_mb')}, /metrics worst {ratio('metrics_max_s')}")
+
+
+def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[int], peers: list[Peer]) -> dict:
+    """One daemon (this tree's, or the code in `code`) through the whole load; its figures."""
+    work = Path(tempfile.mkdtemp(prefix="rgd-scale-probe-"))
+    config = work / "groups.yaml"
+    config.write_text(yaml.safe_dump({
+        "resourcegroups": {group_name(g): {"publishRateInMsgs": 10_000} for g in own},
+        "tenants": {namespace_name(g).partition("/")[0]: group_name(g) for g in own},
+    }))
+    broker = start_or_join(work / "broker")
+    focus = "focus"
+    daemon = DaemonProcess(focus, ["--pulsar-url", broker.url, "--config", str(config), "--tick", "1",
+                                   "--log-dir", str(work / "logs"), "--data-dir", str(work), *ns.daemon_arg],
+                           log_path=work / "focus.out", cpus={ns.cpu}, cwd=str(code) if code else None)
+    stop = threading.Event()
+    figures = Figures()
+    captured: list[tuple[bool, bytes]] = []
+    threads: list[threading.Thread] = []
+    print(f"{label}: starting the daemon pinned to core {ns.cpu}...", flush=True)
+    try:
+        daemon.start()
+        daemon.wait_ready(60)
+        pid = daemon.process.pid
+        asyncio.run(warm(daemon.url, own))
+        rss_start = rss_mb(pid)
+        capture = threading.Thread(target=capture_own, args=(broker.url, DEFAULT_TOPIC, focus, stop, captured),
+                                   daemon=True)
+        capture.start()
+        threads.append(capture)
+        time.sleep(1.5)  # the capture subscription is in place before the daemon's next reports
+        _, m0 = scrape(daemon.url)  # before the peers publish: it answers
+        publisher = threading.Thread(target=publish_peers, daemon=True,
+                                     args=(broker.url, DEFAULT_TOPIC, peers, ns.sent_share, ns.seconds, stop, figures))
+        sampler_stop = threading.Event()
+
+        def sample() -> None:
+            while not sampler_stop.wait(1.0):
+                figures.rss_mb.append(rss_mb(pid))
+
+        def scrape_loop() -> None:
+            while not sampler_stop.wait(SCRAPE_EVERY_S):
+                try:
+                    took, _ = scrape(daemon.url)
+                except OSError:
+                    took = ASK_TIMEOUT_S
+                figures.metrics_s.append(took)
+
+        for target in (sample, scrape_loop):
+            t = threading.Thread(target=target, daemon=True)
+            t.start()
+            threads.append(t)
+        publisher.start()
+        threads.append(publisher)
+        print(f"{label}: {ns.peers} peers publishing for {ns.seconds:.0f} s...", flush=True)
+        asyncio.run(load(daemon.url, own, ns.ask_rate, ns.seconds, figures))
+        publisher.join(30)
+        sampler_stop.set()
+        figures.rss_mb.append(rss_mb(pid))
+        m1 = final_scrape(daemon.url, figures)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+        daemon.stop()
+        broker.stop()
+        if not ns.keep:  # the usage log of every report received
+            shutil.rmtree(work, ignore_errors=True)
+
+    if not m1:
+        m0 = {}
+    ticks = m1.get("rgd_tick_seconds_count", 0) - m0.get("rgd_tick_seconds_count", 0)
+
+    def per_tick(name: str) -> float | None:
+        if f"{name}_sum" not in m1:
+            return None
+        return 1000 * (m1[f"{name}_sum"] - m0.get(f"{name}_sum", 0)) / max(1, ticks)
+
+    tick_reports = [d for restated, d in captured if not restated]
+    first = tick_reports[0] if tick_reports else b""
+    later = tick_reports[1:]
+    first_sizes = codec_sizes(first)
+    later_sizes = [codec_sizes(d) for d in later]
+    # Every report after the first tick report (tick, early, restatement) per tick report.
+    after_first = captured[[d for _, d in captured].index(first) + 1:] if first else []
+    all_sizes = [codec_sizes(d) for _, d in after_first]
+
+    def all_per_tick(codec: str) -> float | None:
+        xs = [s[codec] for s in all_sizes if s.get(codec) is not None]
+        return sum(xs) / max(1, len(later)) if xs else None
+
+    def mean_of(codec: str) -> float | None:
+        xs = [s[codec] for s in later_sizes if s.get(codec) is not None]
+        return statistics.fmean(xs) if xs else None
+
+    lat = figures.latencies
+    codec = "none"
+    if code is None:  # this tree's daemon: the setting's default unless a flag says otherwise
+        from rgd.settings import Settings
+        codec = Settings().report_compression
+        for i, arg in enumerate(ns.daemon_arg):
+            if arg.startswith("--report-compression"):
+                codec = arg.partition("=")[2] or ns.daemon_arg[i + 1]
+    return {
+        "label": label, "published_codec": codec,
+        "seconds": ns.seconds, "peers": ns.peers, "groups": len(own), "ask_rate": ns.ask_rate, "cpu": ns.cpu,
+        "asks": len(lat), "timeouts": figures.timeouts, "errors": figures.errors,
+        "acquire_p50_ms": 1000 * percentile(lat, 0.50), "acquire_p99_ms": 1000 * percentile(lat, 0.99),
+        "acquire_max_ms": 1000 * max(lat) if lat else float("nan"),
+        "ticks": ticks, "tick_mean_ms": (per_tick("rgd_tick_seconds") or 0.0) if ticks else None,
+        "react_ms_per_tick": per_tick("rgd_react_seconds") if ticks else None,
+        "calc_ms_per_tick": per_tick("rgd_quota_calculation_seconds") if ticks else None,
+        "rss_start_mb": rss_start, "rss_max_mb": max(figures.rss_mb, default=0.0),
+        "metrics_max_s": max(figures.metrics_s, default=float("nan")),
+        "peer_rounds": figures.rounds, "peer_round_lag_max_s": max(figures.round_lag_s, default=0.0),
+        "peer_mb_published": figures.published_bytes / 1e6, "usage_posts": figures.usage_posts,
+        "report_first_bytes": first_sizes, "report_tick_reports": len(later),
+        "report_per_tick_bytes": {c: mean_of(c) for c in ("none", "lz4", "zstd")},
+        "report_decode_ms": {c: mean_of(f"{c}_decode_ms") for c in ("none", "lz4", "zstd")},
+        "reports_after_first": len(after_first),
+        "report_all_per_tick_bytes": {c: all_per_tick(c) for c in ("none", "lz4", "zstd")},
+        "report_groups_first": len(UsageReport.FromString(first).groups) if first else 0,
+        "report_groups_per_tick": statistics.fmean(len(UsageReport.FromString(d).groups) for d in later)
+        if later else 0,
+    }
+
+
+def _kb(x: float | None) -> str:
+    return "n/a" if x is None else f"{x / 1000:.1f} KB"
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f} ms"
+
+
+def print_result(r: dict) -> None:
+    codec = r["published_codec"]
+    first = r["report_first_bytes"].get(codec) if r["report_first_bytes"]["none"] else None
+    per_tick = r["report_per_tick_bytes"].get(codec)
+    work = None if r["tick_mean_ms"] is None else r["tick_mean_ms"] + (r["react_ms_per_tick"] or 0.0)
+    checks = [
+        ("acquire p99", f"{r['acquire_p99_ms']:.1f} ms", f"<= {P99_MS:.0f} ms", r["acquire_p99_ms"] <= P99_MS),
+        ("acquire max", f"{r['acquire_max_ms']:.1f} ms", f"<= {MAX_MS:.0f} ms", r["acquire_max_ms"] <= MAX_MS),
+        ("event-loop work per tick (tick + reacts between ticks), mean", _ms(work), f"<= {TICK_WORK_MS:.0f} ms",
+         work is not None and work <= TICK_WORK_MS),
+        ("RSS max", f"{r['rss_max_mb']:.0f} MB (start {r['rss_start_mb']:.0f} MB)", f"<= {RSS_MB:.0f} MB",
+         r["rss_max_mb"] <= RSS_MB),
+        (f"first report as published ({codec})", _kb(first), f"<= {FIRST_REPORT_KB:.0f} KB",
+         first is not None and first <= FIRST_REPORT_KB * 1000),
+        (f"report per tick after the first as published ({codec})", _kb(per_tick), f"<= {TICK_REPORT_KB:.0f} KB",
+         per_tick is not None and per_tick <= TICK_REPORT_KB * 1000),
+    ]
+    r["pass"] = all(ok for *_, ok in checks)
+    r["checks"] = {name: {"measured": m, "bound": b, "pass": ok} for name, m, b, ok in checks}
+    print(f"\n{r['label']}: 1 daemon pinned to core {r['cpu']}, {r['groups']} groups, {r['peers']} peers x "
+          f"{r['peer_rounds']} rounds ({r['peer_mb_published']:.0f} MB published, worst round start "
+          f"{r['peer_round_lag_max_s'] * 1000:.0f} ms late), {r['asks']} timed asks at {r['ask_rate']:.0f}/s "
+          f"({r['timeouts']} timed out, {r['errors']} errors), {r['usage_posts']} usage posts of 500 groups")
+    if not r["ticks"]:
+        print("no tick figures: /metrics did not answer within "
+              f"{ASK_TIMEOUT_S:.0f} s, also 30 s after the peers stopped")
+    print(f"acquire p50 {r['acquire_p50_ms']:.1f} ms; ticks {r['ticks']}: rgd_tick_seconds mean {_ms(r['tick_mean_ms'])}, "
+          f"reacts {_ms(r['react_ms_per_tick'])} per tick, calculator (in ticks and reacts, on or off the loop) "
+          f"{_ms(r['calc_ms_per_tick'])} per tick; /metrics worst {r['metrics_max_s']:.2f} s")
+    f, t, d = r["report_first_bytes"], r["report_per_tick_bytes"], r["report_decode_ms"]
+    print(f"own reports: first {_kb(f['none'])} with {r['report_groups_first']} groups (lz4 {_kb(f['lz4'])}, "
+          f"zstd {_kb(f['zstd'])}); per tick after it {_kb(t['none'])} with {r['report_groups_per_tick']:.0f} groups "
+          f"(lz4 {_kb(t['lz4'])}, zstd {_kb(t['zstd'])}) over {r['report_tick_reports']} reports; decompress + "
+          f"parse per tick report: none {_ms(d['none'])}, lz4 {_ms(d['lz4'])}, zstd {_ms(d['zstd'])}")
+    a = r["report_all_per_tick_bytes"]
+    print(f"all own reports (tick, early, restatements: {r['reports_after_first']}) per tick: {_kb(a['none'])} "
+          f"(lz4 {_kb(a['lz4'])}, zstd {_kb(a['zstd'])})")
+    for name, m, b, ok in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name}: {m} (bound {b})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
