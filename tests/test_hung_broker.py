@@ -15,8 +15,11 @@ import pytest
 
 from rgd.broker_liveness import ECHO_DEADLINE_MIN_S, BrokerLiveness, echo_deadline
 from rgd.cluster_node import ClusterNode, NodeConfig
+from rgd import transport
 from rgd.embedded_broker import start_or_join
 from rgd.groups import ResourceGroup
+from rgd.settings import Settings
+from rgd.transport import CLOSE_TIMEOUT, PulsarSession
 from rgd.wire.usage_report_pb2 import UsageReport
 from tests.cluster_harness import Cluster, wait_until
 from tests.fake_clock import FakeClock
@@ -168,3 +171,28 @@ def test_a_frozen_broker_is_an_outage_and_nobody_is_evicted(own_broker, tmp_path
         if own_broker.process.poll() is None:
             own_broker.process.send_signal(signal.SIGCONT)
         c.stop_all()
+
+
+async def test_a_session_on_a_frozen_broker_closes_within_its_bound(own_broker, tmp_path) -> None:
+    """A stopping daemon closes its Pulsar session; on a broker that does not answer, each
+    close step gives up after CLOSE_TIMEOUT instead of waiting for a callback that may never
+    come (a test's teardown once hung there for 10 minutes), and the client is kept
+    referenced so the garbage collector never destroys it on one of its own threads."""
+    settings = Settings(id="closer", pulsar_url=own_broker.url, topic=f"non-persistent://public/default/c-{tmp_path.name}",
+                        config_topic=f"persistent://public/default/cc-{tmp_path.name}")
+    session = PulsarSession(own_broker.url, settings, "closer")
+    await session.open()
+    own_broker.process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        await session.close()
+        took = time.monotonic() - started
+    finally:
+        own_broker.process.send_signal(signal.SIGCONT)
+    # Five steps (two producers, consumer, reader, client), each bounded. Unbounded, each
+    # waited for the client's 10 s operation timeout: 40 s, past Kubernetes' default 30 s
+    # grace before SIGKILL.
+    print(f"close took {took:.2f} s")
+    assert CLOSE_TIMEOUT <= 2.0 and took <= 12.0, took
+    if took > CLOSE_TIMEOUT:  # at least one step hung: its client is kept, never collected
+        assert session.client in transport._UNCLOSED
