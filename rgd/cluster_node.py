@@ -49,7 +49,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from rgd.groups import KINDS, ResourceGroup, higher_quota
+from rgd.groups import KINDS, QuotaCeilings, ResourceGroup
 from rgd.delivery_delay import DeliveryDelay
 from rgd.limiter import Collected, Limiter, TickCounters, rate_of
 from rgd.map_keeper import MapKeeper
@@ -248,9 +248,9 @@ class ClusterNode:
         self.continuations: dict[int, list[UsageReport]] = {}
         self.namespaces_trimmed = 0  # namespace names _fit left out, not yet counted by the daemon
         # Plausibility around a config change (see apply_config): the groups as last applied,
-        # and per changed group the higher of its old and new quota with when that ends.
+        # and per recent change the groups it changed, as they were, with when that ends.
         self._applied_groups: dict[str, ResourceGroup] = dict(groups())
-        self._quota_ceilings: dict[str, tuple[ResourceGroup, float]] = {}
+        self._earlier_quotas: deque[tuple[float, dict[str, ResourceGroup]]] = deque()
         self.usage_map = UsageMap()
         self.keeper = MapKeeper(
             self.usage_map, self.node_id, config.suppression.max_skipped_ticks + 1,
@@ -594,10 +594,10 @@ class ClusterNode:
         current = self.groups()
         now = self.clock()
         grace = (self.config.ttl_ticks + 2) * self.config.tick_seconds + self.delay.seconds()
-        for name, old in self._applied_groups.items():
-            new = current.get(name)
-            if new is not None and new != old:
-                self._quota_ceilings[name] = (higher_quota(old, new), now + grace)
+        changed = {name: old for name, old in self._applied_groups.items()
+                   if (new := current.get(name)) is not None and new is not old and new != old}
+        if changed:
+            self._earlier_quotas.append((now + grace, changed))
         self._applied_groups = dict(current)
         existing = set(current)
         known = ({g for g, _ in self.limiter.states} | set(self.suppression_state.last_sent)
@@ -798,12 +798,13 @@ class ClusterNode:
 
     def _plausibility_quotas(self, groups: Mapping[str, ResourceGroup], now: float) -> Mapping[str, ResourceGroup]:
         """The quotas peers' reports are judged by: the configured ones, or for a group
-        whose config changed lately, the higher of old and new (see apply_config)."""
-        if not self._quota_ceilings:
+        whose config changed lately, the higher of its quotas since (see apply_config)."""
+        earlier = self._earlier_quotas
+        while earlier and earlier[0][0] <= now:
+            earlier.popleft()
+        if not earlier:
             return groups
-        for name in [n for n, (_, until) in self._quota_ceilings.items() if until <= now or n not in groups]:
-            del self._quota_ceilings[name]
-        return {**groups, **{name: ceiling for name, (ceiling, _) in self._quota_ceilings.items()}}
+        return QuotaCeilings(groups, [changed for until, changed in earlier if until > now])
 
     def receive(self, data: bytes, properties: Mapping[str, str] | None, now: float) -> Receipt:
         """Vet one message from the topic and fold it. Work per message is bounded: at most

@@ -167,6 +167,35 @@ def higher_quota(a: ResourceGroup, b: ResourceGroup) -> ResourceGroup:
     return ResourceGroup(b.name, *(higher(getattr(a, f), getattr(b, f)) for f in _QUOTA_ATTRS))
 
 
+class QuotaCeilings(Mapping[str, ResourceGroup]):
+    """The configured groups as peers' reports are judged by around config changes: a
+    group that changed lately counts with the higher of its current and earlier quotas
+    (higher_quota). `earlier` holds, per recent change, only the groups it changed (their
+    config before it). Lazy on purpose: only the groups a report names are looked up; a
+    reload that changes every one of 10,000 groups used to merge all of them on the event
+    loop (~150 ms), and every report received copied the whole registry."""
+
+    __slots__ = ("current", "earlier")
+
+    def __init__(self, current: Mapping[str, ResourceGroup], earlier: list[Mapping[str, ResourceGroup]]) -> None:
+        self.current = current
+        self.earlier = earlier
+
+    def __getitem__(self, name: str) -> ResourceGroup:
+        group = self.current[name]  # a group not configured now is not judged (KeyError)
+        for changed in self.earlier:
+            before = changed.get(name)
+            if before is not None:
+                group = higher_quota(before, group)
+        return group
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.current)
+
+    def __len__(self) -> int:
+        return len(self.current)
+
+
 def _admin_number(rate: float) -> float | int:
     return int(rate) if rate == int(rate) else rate
 
@@ -261,6 +290,6 @@ def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegis
 
 __all__ = [
     "ATTACHMENT_SECTIONS", "KINDS", "KIND_FIELDS", "MAX_RATE", "RATE_FIELDS", "TOPIC_DOMAINS", "UNLIMITED",
-    "GroupRegistry", "InvalidGroup", "ResourceGroup", "base_topic", "check_name", "check_namespace",
+    "GroupRegistry", "InvalidGroup", "QuotaCeilings", "ResourceGroup", "base_topic", "check_name", "check_namespace",
     "check_rate", "check_topic", "higher_quota", "registry_from_mapping", "unknown_fields",
 ]

@@ -155,6 +155,34 @@ def test_a_quota_cut_is_judged_by_the_old_quota_until_peers_can_have_applied_it(
     assert node.receive(peer_report(200_000), None, clock[0]).accepted
 
 
+def test_two_cuts_in_a_row_are_judged_by_the_highest_quota_a_peer_may_still_have():
+    # 1000 -> 100 -> 10 within the grace ((TTL 3 + 2) ticks + the 1-tick default delay =
+    # 6 s): a slow peer may still run on 1000 (it may apply both changes after us). Admitted
+    # bounds over a 1 s tick with 11 s of slack: 24 100 under 1000, 2 500 under 100, 340 under
+    # 10. Remembering only the last change (100 vs 10) rejected 3 000 at once.
+    groups = {"gold": ResourceGroup("gold", publish_msgs=1000), "other": ResourceGroup("other", publish_msgs=10)}
+    clock = [1_800_000_000.0]
+    node = ClusterNode(NodeConfig("a"), 1, lambda: clock[0], lambda now: int(now * 1000), lambda: groups)
+    seq = iter(range(1, 100))
+
+    def peer_report(admitted: int, group: str = "gold") -> bytes:
+        return report(seq=next(seq), groups={group: admitted}, publish_ms=int(clock[0] * 1000)).SerializeToString()
+
+    groups["gold"] = ResourceGroup("gold", publish_msgs=100)
+    node.apply_config()
+    clock[0] += 1.0
+    groups["gold"] = ResourceGroup("gold", publish_msgs=10)
+    node.apply_config()
+    assert node.receive(peer_report(3000), None, clock[0]).accepted
+    assert node.receive(peer_report(341, "other"), None, clock[0]).reason == REJECT_IMPLAUSIBLE  # unchanged
+    clock[0] += 5.5  # past the first cut's grace, within the second's: judged by 100
+    assert node.receive(peer_report(3000), None, clock[0]).reason == REJECT_IMPLAUSIBLE
+    assert node.receive(peer_report(2000), None, clock[0]).accepted
+    clock[0] += 1.0  # past both: judged by 10
+    assert node.receive(peer_report(2000), None, clock[0]).reason == REJECT_IMPLAUSIBLE
+    assert node.receive(peer_report(340), None, clock[0]).accepted
+
+
 # -- replays of departed incarnations ---------------------------------------------------------
 
 def keeper(signed: bool = True, **kw) -> MapKeeper:
