@@ -54,7 +54,7 @@ from rgd.delivery_delay import DeliveryDelay
 from rgd.limiter import Collected, Limiter, TickCounters, rate_of
 from rgd.map_keeper import MapKeeper
 from rgd.own_history import OwnHistory
-from rgd.quota.calculator import PEER_VIEW_STRATEGIES, compute_limits
+from rgd.quota.calculator import PEER_VIEW_STRATEGIES, calculate
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import IDLE, GroupLimits, KindRates, PeerUsage
 from rgd.report_builder import (
@@ -192,8 +192,8 @@ LimitInputs = CalculatorCall | GroupLimits  # limits known without the calculato
 def evaluate(inputs: LimitInputs) -> GroupLimits:
     """Limits from `ClusterNode.limit_inputs` (pure: safe in a worker thread)."""
     if isinstance(inputs, CalculatorCall):
-        return compute_limits(inputs.group, inputs.usage, inputs.self_id, inputs.members, inputs.strategy,
-                              inputs.params, previous=inputs.previous, settled=inputs.settled)
+        return calculate(inputs.group, inputs.usage, inputs.self_id, inputs.members, inputs.strategy,
+                         inputs.params, previous=inputs.previous, settled=inputs.settled)
     return inputs
 
 
@@ -550,30 +550,32 @@ class ClusterNode:
     def recompute(self, names: set[str] | None = None) -> None:
         """New local limits for every group the limiter knows (or those in `names`), one
         calculator call per group."""
-        plan = self.recompute_plan(names)
+        targets = self._recompute_targets(names)
         now = self.clock()
-        # Through limits_for, per group: the one seam tests and the simulator replace.
-        self.apply_limits(plan, [self.limits_for(group, now) for group, _ in plan])
+        # Through limits_for, per group: the one seam tests and the simulator replace. (Its
+        # inputs are gathered once, there: not also for a plan, which doubled the cost.)
+        self.apply_limits([(group, None) for group in targets], [self.limits_for(group, now) for group in targets])
 
     def recompute_plan(self, names: set[str] | None = None) -> list[tuple[ResourceGroup, "LimitInputs"]]:
         """The first half of `recompute`: the calculator's inputs for each group to redo
         (every group the limiter knows, or those in `names`). With the second half,
         `apply_limits`, the daemon runs the calculator itself elsewhere when it is heavy."""
-        groups = self.groups()
         now = self.clock()
         members = frozenset(self.members())
+        return [(group, self.limit_inputs(group, now, members)) for group in self._recompute_targets(names)]
+
+    def _recompute_targets(self, names: set[str] | None) -> list[ResourceGroup]:
+        """The groups a recompute redoes, in name order: every group the limiter knows, or
+        those in `names` (a full recompute clears the dirty marks)."""
+        groups = self.groups()
         known = {g for g, _ in self.limiter.states}
-        plan = []
-        for name in sorted(known if names is None else known & names):
-            group = groups.get(name)
-            if group is not None:
-                plan.append((group, self.limit_inputs(group, now, members)))
+        targets = [groups[name] for name in sorted(known if names is None else known & names) if name in groups]
         if names is None:
             self.dirty.clear()
             self.all_dirty = False
-        return plan
+        return targets
 
-    def apply_limits(self, plan: list[tuple[ResourceGroup, "LimitInputs"]], limits: list[GroupLimits]) -> None:
+    def apply_limits(self, plan: list[tuple[ResourceGroup, "LimitInputs | None"]], limits: list[GroupLimits]) -> None:
         """The second half of `recompute`: the limits computed from `plan`, into the limiter
         (a group deleted or forgotten meanwhile is skipped, not recreated)."""
         states = self.limiter.states
