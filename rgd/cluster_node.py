@@ -467,6 +467,9 @@ class ClusterNode:
         self._ticks_since_full = 0
         self._restated_this_tick: set[str] = set()
         self._scope_stamp: tuple[int, int] = (0, -1)
+        # The fold window's cutoff and the state every group's limits depend on, at the last
+        # `changed` (see there).
+        self._changed_at: tuple[float | None, tuple] = (None, ())
         # Outage state; `heard_since`: when we started hearing the topic (None: not hearing).
         self.hearing = hearing
         self.heard_since: float | None = clock() if hearing else None
@@ -1299,12 +1302,32 @@ class ClusterNode:
             self.recompute(names)
 
     def changed(self, now: float) -> set[str] | None:
-        """What `recompute_changed` recomputes, taken off the dirty list (None: everything)."""
+        """What `recompute_changed` recomputes, taken off the dirty list (None: everything).
+
+        Besides the dirty groups, those whose own demand as peers see it (OwnHistory.as_seen)
+        may have moved since the last call: an entry of ours crossed the fold window's
+        cutoff (now - fold_window) between the last call's cutoff and this one's, which is
+        the only way as_seen changes without a new entry (a new entry marks its group dirty).
+        While an increase was in flight, every such group used to be recomputed at every
+        react until it was out: at PIP-82's scale, after an early report of all 5 000
+        groups, 5 000 calculator calls twenty times a second whose limits could not differ.
+        When anything else the calculator reads for every group moves (settling, the safe
+        share, hearing, whether we ever had peers) every group in flight is recomputed as
+        before, and so are groups whose first-demand claim is open (unreported_claims)."""
         window = self.fold_window()
         pending = self.history.pending(now, window + 2.0 * self.config.react_seconds)
+        cutoff = now - window
+        state = (self.settled(now), self.safe_share_active(now), self.hearing, self._had_peers,
+                 self.members_at_deafness)
+        last_cutoff, last_state = self._changed_at
+        self._changed_at = (cutoff, state)
         if self.all_dirty:
             return None
-        names = self.dirty | set(pending)
+        if last_cutoff is None or state != last_state:
+            names = self.dirty | set(pending)
+        else:
+            crossed = self.history.crossed(min(last_cutoff, cutoff), max(last_cutoff, cutoff))
+            names = self.dirty | set(crossed) | {g for g in pending if g in self._new_groups}
         self.dirty = set()
         return names
 
