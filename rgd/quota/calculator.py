@@ -300,9 +300,10 @@ def compute_limits_lean(
     three KindRates a call) and a DimensionInput per daemon for every dimension, limited or
     not; ~60 us a group, at PIP-82's scale thousands of groups a second. This builds our
     own entry's record only for the limited dimensions, straight from the two entries, and
-    hands the same records to the same strategy (`max_min_fair.allocate`, which does not
-    depend on the order it is given entries in), so the limits are the same floats: a
-    property test (tests/test_quota_lean.py) compares the two on generated maps."""
+    hands the same records to the same strategy's steps (`max_min_fair.allocate_one`: the
+    share of one id, by the code `allocate` uses, which does not depend on the order it is
+    given entries in), so the limits are the same floats: a property test
+    (tests/test_quota_lean.py) compares the two on generated maps."""
     if strategy != DEFAULT_STRATEGY or not settled or isinstance(previous, _Unset):
         return None
     rates = [group.rates(kind) for kind in KINDS]
@@ -310,9 +311,14 @@ def compute_limits_lean(
         if msgs_quota > 0 and bytes_quota > 0:
             return None  # joint (dominant shares): compute_limits does it
     params = params or DEFAULT_PARAMS
-    ids = set(members)
-    ids.update(usage)
-    ids.add(self_id)
+    if not isinstance(members, (set, frozenset)):
+        members = frozenset(members)
+    # How many ids compute_limits' `ids` (members, the map's daemons, ourselves) holds,
+    # without building it: max_min_fair.allocate_one needs only the count.
+    extra = {d for d in usage if d not in members}
+    if self_id not in members:
+        extra.add(self_id)
+    n = len(members) + len(extra)
     latest = usage.get(self_id)
     granule = 1.0 / params.counting_window
     out: GroupLimits = {}
@@ -325,7 +331,7 @@ def compute_limits_lean(
             entries = {d: _lean_input(pu.kind(kind), dim, granule) for d, pu in usage.items() if d != self_id}
             if latest is not None and previous is not None:
                 entries[self_id] = _lean_own_input(latest.kind(kind), previous.kind(kind), dim, granule)
-            got.append(max_min_fair.allocate(float(rate), entries, ids, params)[self_id])
+            got.append(max_min_fair.allocate_one(float(rate), entries, n, params, self_id))
         out[kind] = (got[0], got[1])
     return out
 
