@@ -46,6 +46,19 @@ class OwnHistory:
         """Groups with an entry not yet out for the window: their own share may still grow."""
         return [g for g, h in self.entries.items() if h and h[-1][0] > now - window]
 
+    def crossed(self, after: float, until: float) -> list[str]:
+        """Groups with an entry published in (after, until]: as_seen moves for them when its
+        cutoff (now - window) passes from one end to the other, and only for them."""
+        out = []
+        for group, hist in self.entries.items():
+            for at, _ in reversed(hist):
+                if at <= after:
+                    break
+                if at <= until:
+                    out.append(group)
+                    break
+        return out
+
     def prune(self, now: float, window: float) -> None:
         """Keep, per group, the newest entry older than the window and everything newer."""
         cutoff = now - window

@@ -8,7 +8,7 @@ from typing import Mapping
 from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import Collected, KindState
 from rgd.quota.model import INF, PeerUsage
-from rgd.usage_map import group_rates
+from rgd.usage_map import entry_usage
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 
 
@@ -72,8 +72,8 @@ def figures(gu: GroupUsage) -> tuple[float, ...]:
 
 
 def peer_usage(gu: GroupUsage, tick_s: float) -> PeerUsage:
-    """What peers will fold from this entry: the same conversion as usage_map.group_rates."""
-    return PeerUsage(**group_rates(gu, tick_s))
+    """What peers will fold from this entry: the same conversion as usage_map.entry_usage."""
+    return entry_usage(gu, tick_s)
 
 
 def local_rates(gu: GroupUsage, kind: str, tick_s: float) -> tuple[float, float]:

@@ -307,3 +307,49 @@ def test_a_group_woken_by_one_member_is_its_own_within_a_tick() -> None:
     series = run(sc, "rgd").dims["h/publish"]
     for k in (6, 7, 8):
         assert series[k] is not None and series[k].admitted["a"] >= 0.98 * 290, (k, series[k].admitted)
+
+
+def test_own_history_names_the_groups_whose_entry_lies_between_two_cutoffs() -> None:
+    h = OwnHistory()
+    h.add("a", 1.0, demand(10))
+    h.add("a", 2.0, demand(20))
+    h.add("b", 1.5, demand(10))
+    assert sorted(h.crossed(0.5, 1.0)) == ["a"]  # the end is included
+    assert sorted(h.crossed(1.0, 1.5)) == ["b"]  # the start is not
+    assert sorted(h.crossed(1.2, 2.5)) == ["a", "b"]
+    assert h.crossed(2.0, 3.0) == [] and h.crossed(0.0, 0.9) == []
+
+
+def test_a_group_in_flight_is_recomputed_when_its_entry_is_out_not_at_every_react() -> None:
+    """changed() names a group whose own entry is in flight only when the fold window's
+    cutoff passes one of its entries (as_seen moves then, and only then); the limits it
+    leaves in force equal a recompute of everything at every step."""
+    clock = FakeClock(100.0)
+    n = node(clock)
+    n.limiter.acquire(G, "publish", 1, 1, "t/ns", now=clock())
+    peer = GroupUsage(group="g")
+    peer.publish.admitted_messages, peer.publish.throttled_messages = 150, 100
+    peer.publish.limit_messages, peer.publish.quota_messages = 150.0, 300.0
+    assert n.receive(heartbeat("b", 1, clock(), [peer]), {}, clock()).accepted
+    clock.t += 1.5  # settled: heard for a tick and the delay
+    assert n.settled()
+    n.recompute()
+    n.changed(clock())  # records its cutoff
+    n.history.add("g", clock(), demand(200))  # our increase goes out now
+    n.usage_map.set_local("a", "g", demand(200), clock())
+    n.dirty.add("g")
+    assert "g" in n.changed(clock())  # the new entry itself (dirty)
+    n.recompute({"g"})
+    before = n.limiter.limit_in_force(G, "publish")
+    window = n.fold_window()
+    steps, named = 0, []
+    while clock() < 101.5 + window + 0.5:
+        clock.t += 0.05
+        steps += 1
+        names = n.changed(clock())
+        named.append(names is not None and "g" in names)
+        if names:
+            n.recompute(names)
+        assert n.limiter.limit_in_force(G, "publish") == n.limits_for(G, clock())["publish"]  # nothing stale
+    assert named.count(True) == 1 and steps > 5  # once: when the entry crossed the cutoff
+    assert n.limiter.limit_in_force(G, "publish") != before  # and then the increase counted

@@ -200,3 +200,31 @@ def test_a_node_folds_indexed_reports_like_full_ones() -> None:
 
     assert view(indexed) == view(plain)
     assert len(view(indexed)) == len(names[::5]) + 4
+
+
+def test_the_cap_needs_no_walk_unless_the_tag_byte_is_dense(monkeypatch) -> None:
+    """Genuine reports hold the entry tag byte (0x32, '2') in names and figures too, so its
+    count alone exceeds the cap for them; the view's entry count decides, without the
+    Python walk, as long as the byte is within RAW_VIEW_TAG_FACTOR x the cap; beyond it the
+    walk still runs first, and too many entries are rejected either way."""
+    import rgd.report_codec as codec
+    walks: list[int] = []
+    real_walk = codec.count_groups
+
+    def counted(data: bytes, stop_above: int) -> int:
+        walks.append(stop_above)
+        return real_walk(data, stop_above)
+
+    monkeypatch.setattr(codec, "count_groups", counted)
+    names = [f"g22{i}2" for i in range(300)]  # three tag bytes in each name
+    data = serialize_report(report(names))
+    assert data.count(b"\x32") > 300 and codec.raw_view_affordable(data.count(b"\x32"), 300)
+    assert [g for g, _ in picked(decode(data, FoldScope({"g2252"}), max_groups=300))] == ["g2252"]
+    assert walks == []
+    with pytest.raises(Rejected) as exc:  # one entry over: the view counts it
+        decode(data, FoldScope({"g2252"}), max_groups=299)
+    assert exc.value.reason == REJECT_TOO_MANY_GROUPS and walks == []
+    flood = report([]).SerializeToString() + b"\x32\x00" * (codec.RAW_VIEW_TAG_FACTOR * 100 + 1)
+    with pytest.raises(Rejected) as exc:  # dense: walked, and stopped at the cap
+        decode(flood, FoldScope({"g1"}), max_groups=100)
+    assert exc.value.reason == REJECT_TOO_MANY_GROUPS and walks == [100]

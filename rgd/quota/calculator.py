@@ -258,8 +258,106 @@ def compute_limits(
     return _limits_of(_shares(group, view, ids, strategy, params), self_id)
 
 
+def _lean_input(k: KindRates, dim: str, granule: float) -> DimensionInput:
+    """`dimension_inputs`' record for one daemon's entry, field by field the same floats."""
+    if dim == "messages":
+        demand = k.admitted_messages + k.throttled_messages
+        return DimensionInput(demand, k.admitted_messages, k.limit_messages, granule if demand > 0 else 0.0)
+    return DimensionInput(k.admitted_bytes + k.throttled_bytes, k.admitted_bytes, k.limit_bytes, 0.0)
+
+
+def _lean_own_input(latest: KindRates, seen: KindRates, dim: str, granule: float) -> DimensionInput:
+    """The record of our own entry as peers see it: `min_kind(latest, seen)` (what
+    `as_peers_see_me` puts in the view) in this dimension only, with the same operations
+    in the same order, so the floats are the same."""
+    if dim == "messages":
+        adm = min(latest.admitted_messages, seen.admitted_messages)
+        thr = min(latest.demand_messages, seen.demand_messages) - adm
+        demand = adm + thr
+        return DimensionInput(demand, adm, latest.limit_messages, granule if demand > 0 else 0.0)
+    adm = min(latest.admitted_bytes, seen.admitted_bytes)
+    thr = min(latest.demand_bytes, seen.demand_bytes) - adm
+    return DimensionInput(adm + thr, adm, latest.limit_bytes, 0.0)
+
+
+def compute_limits_lean(
+    group: ResourceGroup,
+    usage: Mapping[str, PeerUsage],
+    self_id: str,
+    members: Collection[str],
+    strategy: str = DEFAULT_STRATEGY,
+    params: QuotaParams | None = None,
+    *,
+    previous: "PeerUsage | None | _Unset" = UNSET,
+    settled: bool = True,
+) -> GroupLimits | None:
+    """`compute_limits`' result for the common case, with fewer objects; None where the
+    case does not apply (the caller then calls `compute_limits`, the reference).
+
+    The common case: strategy `rgd`, settled, `previous` given, and no kind whose messages
+    and bytes are both limited (no joint allocation). There `compute_limits` builds the
+    peers' view of our entry for every kind (`min_usage`, then `replace`: two PeerUsage and
+    three KindRates a call) and a DimensionInput per daemon for every dimension, limited or
+    not; ~60 us a group, at PIP-82's scale thousands of groups a second. This builds our
+    own entry's record only for the limited dimensions, straight from the two entries, and
+    hands the same records to the same strategy's steps (`max_min_fair.allocate_one`: the
+    share of one id, by the code `allocate` uses, which does not depend on the order it is
+    given entries in), so the limits are the same floats: a property test
+    (tests/test_quota_lean.py) compares the two on generated maps."""
+    if strategy != DEFAULT_STRATEGY or not settled or isinstance(previous, _Unset):
+        return None
+    rates = [group.rates(kind) for kind in KINDS]
+    for msgs_quota, bytes_quota in rates:
+        if msgs_quota > 0 and bytes_quota > 0:
+            return None  # joint (dominant shares): compute_limits does it
+    params = params or DEFAULT_PARAMS
+    if not isinstance(members, (set, frozenset)):
+        members = frozenset(members)
+    # How many ids compute_limits' `ids` (members, the map's daemons, ourselves) holds,
+    # without building it: max_min_fair.allocate_one needs only the count.
+    extra = {d for d in usage if d not in members}
+    if self_id not in members:
+        extra.add(self_id)
+    n = len(members) + len(extra)
+    latest = usage.get(self_id)
+    granule = 1.0 / params.counting_window
+    out: GroupLimits = {}
+    for kind, pair in zip(KINDS, rates):
+        got = []
+        for dim, rate in zip(("messages", "bytes"), pair):
+            if rate < 0:
+                got.append(INF)
+                continue
+            entries = {d: _lean_input(pu.kind(kind), dim, granule) for d, pu in usage.items() if d != self_id}
+            if latest is not None and previous is not None:
+                entries[self_id] = _lean_own_input(latest.kind(kind), previous.kind(kind), dim, granule)
+            got.append(max_min_fair.allocate_one(float(rate), entries, n, params, self_id))
+        out[kind] = (got[0], got[1])
+    return out
+
+
+def calculate(
+    group: ResourceGroup,
+    usage: Mapping[str, PeerUsage],
+    self_id: str,
+    members: Collection[str],
+    strategy: str = DEFAULT_STRATEGY,
+    params: QuotaParams | None = None,
+    *,
+    previous: "PeerUsage | None | _Unset" = UNSET,
+    settled: bool = True,
+) -> GroupLimits:
+    """What the daemon and the simulator call (through rgd.cluster_node.evaluate): the
+    lean path where it applies, else `compute_limits`; the same limits either way."""
+    lean = compute_limits_lean(group, usage, self_id, members, strategy, params, previous=previous, settled=settled)
+    if lean is not None:
+        return lean
+    return compute_limits(group, usage, self_id, members, strategy, params, previous=previous, settled=settled)
+
+
 __all__ = [
     "DEFAULT_PARAMS", "DEFAULT_STRATEGY", "JOINT_STRATEGIES", "STRATEGIES", "PEER_VIEW_STRATEGIES", "UNSET",
-    "DimensionInput", "QuotaParams", "allocate_group", "as_peers_see_me", "compute_limits",
+    "DimensionInput", "QuotaParams", "allocate_group", "as_peers_see_me", "calculate", "compute_limits",
+    "compute_limits_lean",
     "dimension_inputs", "dominant_inputs", "strategy_named",
 ]

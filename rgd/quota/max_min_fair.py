@@ -70,23 +70,10 @@ def _cut_with_full_bucket(e: DimensionInput, share: float, params: QuotaParams) 
     return throttled <= 1e-9 * max(1.0, e.demand) and e.demand > share * (1.0 + params.cut_margin)
 
 
-def allocate(
-    quota: float, entries: Mapping[str, DimensionInput], members: Collection[str], params: QuotaParams
-) -> dict[str, float]:
-    ids = set(members)
-    ids.update(entries)
-    if not ids:
-        return {}
-    if quota == INF:
-        return dict.fromkeys(ids, INF)
-    if quota <= 0:
-        return dict.fromkeys(ids, 0.0)
-    n = len(ids)
-    if not any(e.demand > 0 for e in entries.values()):
-        # Nobody has reported demand (a new group, or every member idle): every member
-        # computes this same split, so quota / members is safe, and a group's first
-        # second is not spent at the floor.
-        return dict.fromkeys(ids, quota / n)
+def _split(quota: float, entries: Mapping[str, DimensionInput], n: int,
+           params: QuotaParams) -> tuple[float, dict[str, float]]:
+    """Steps 1-4 for `n` members (a finite quota > 0, someone with demand): what each member
+    without demand gets, and the share of each member with demand."""
     phi = floor_share(quota, n, params)
     # Members without demand get the floor and take no part in the filling (their
     # excess is 0), so the work is proportional to the active daemons only.
@@ -105,7 +92,46 @@ def allocate(
             alloc[k] /= 1.0 + params.burst_seconds
     total = sum(alloc) + (n - len(active)) * phi
     scale = quota / total if total > quota else 1.0  # float rounding only; keeps the invariant exact
-    out = dict.fromkeys(ids, phi * scale)  # values do not depend on this order
-    for i, a in zip(active, alloc):
-        out[i] = a * scale
+    return phi * scale, {i: a * scale for i, a in zip(active, alloc)}
+
+
+def allocate(
+    quota: float, entries: Mapping[str, DimensionInput], members: Collection[str], params: QuotaParams
+) -> dict[str, float]:
+    ids = set(members)
+    ids.update(entries)
+    if not ids:
+        return {}
+    if quota == INF:
+        return dict.fromkeys(ids, INF)
+    if quota <= 0:
+        return dict.fromkeys(ids, 0.0)
+    n = len(ids)
+    if not any(e.demand > 0 for e in entries.values()):
+        # Nobody has reported demand (a new group, or every member idle): every member
+        # computes this same split, so quota / members is safe, and a group's first
+        # second is not spent at the floor.
+        return dict.fromkeys(ids, quota / n)
+    base, shares = _split(quota, entries, n, params)
+    out = dict.fromkeys(ids, base)  # values do not depend on this order
+    out.update(shares)
     return out
+
+
+def allocate_one(quota: float, entries: Mapping[str, DimensionInput], n: int, params: QuotaParams,
+                 who: str) -> float:
+    """`allocate(quota, entries, members, params)[who]` where `n` is the number of ids
+    (members and entries' keys together, `who` among them): the same steps, without a
+    value for every member. At PIP-82's scale a group has ~5 entries among 100 members, and
+    the dict of 100 shares (and the set of 100 ids) was most of a calculator call."""
+    if quota == INF:
+        return INF
+    if quota <= 0:
+        return 0.0
+    if not any(e.demand > 0 for e in entries.values()):
+        return quota / n
+    base, shares = _split(quota, entries, n, params)
+    return shares.get(who, base)
+
+
+__all__ = ["allocate", "allocate_one", "floor_share", "water_fill"]
