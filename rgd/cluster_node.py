@@ -103,6 +103,20 @@ def moved_beyond_counting(last: tuple[float, ...], now: tuple[float, ...], toler
     return len(last) != len(now)
 
 
+def cut_below_demand(old: tuple[float, float], new: tuple[float, float], own: KindRates,
+                     margin: float) -> tuple[bool, bool]:
+    """Per dimension (messages, bytes): whether the limit was just cut below our own demand
+    as last measured (beyond `margin`) while nothing was throttled: the bucket was not
+    emptied, so it may hold up to a second of the old limit, and every saved token would be
+    spent on top of the new limit, above the share the others leave us (Limiter.drain):
+    they go. A bucket cut but still above our demand keeps them, scaled
+    (TokenBucket.set_rate); a throttled one holds only the refill since its last ask."""
+    if own.throttled_messages > 0 or own.throttled_bytes > 0:
+        return False, False
+    return (new[0] < old[0] and own.demand_messages > new[0] * (1.0 + margin),
+            new[1] < old[1] and own.demand_bytes > new[1] * (1.0 + margin))
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     node_id: str
@@ -578,12 +592,21 @@ class ClusterNode:
         (a group deleted or forgotten meanwhile is skipped, not recreated)."""
         states = self.limiter.states
         groups = self.groups()
+        margin = self.config.params.cut_margin
+        drains = self.config.strategy in PEER_VIEW_STRATEGIES  # the baselines keep their buckets as they were
         for (group, _), group_limits in zip(plan, limits):
             if groups.get(group.name) is not group:
                 continue
+            own = self.usage_map.groups.get(group.name, {}).get(self.node_id)
             for kind in KINDS:
-                if (group.name, kind) in states:
+                st = states.get((group.name, kind))
+                if st is not None:
+                    old = st.limit
                     self.limiter.set_limit(group, kind, *group_limits[kind])
+                    if drains and own is not None:
+                        cut_m, cut_b = cut_below_demand(old, st.limit, own.usage.kind(kind), margin)
+                        if cut_m or cut_b:
+                            self.limiter.drain(group, kind, cut_m, cut_b)
 
     def apply_config(self) -> None:
         """After a config change: forget deleted groups everywhere, recompute now. A changed
@@ -1076,5 +1099,5 @@ class ClusterNode:
 __all__ = [
     "CalculatorCall", "ClusterNode", "EARLY_BUDGET_MIN", "EARLY_MIN_EVENTS", "LimitInputs",
     "MEMBER_ADMISSION_BURST", "NEW_BUCKET_SECONDS", "NodeConfig", "REJECT_OWN", "Receipt", "Resume",
-    "TickReport", "evaluate", "has_demand", "moved_beyond_counting", "start_seconds_for",
+    "TickReport", "cut_below_demand", "evaluate", "has_demand", "moved_beyond_counting", "start_seconds_for",
 ]
