@@ -312,6 +312,7 @@ class ClusterNode:
         self.members_at_deafness = 1
         self.left = False  # we sent a leaving report
         self._heard: set[str] = set()  # peers whose reports we folded since we started
+        self._started_ms = wall_ms(clock())  # see knew_us
         self._resume_members: set[str] = set()
         self._resumed: set[str] = set()  # groups whose own entry is still the predecessor's
         self._hello_due = resume is not None
@@ -856,7 +857,8 @@ class ClusterNode:
             self.all_dirty = True
         else:
             self._had_peers = True
-            self._heard.add(report.daemon_id)
+            if self.knew_us(report, now):
+                self._heard.add(report.daemon_id)
             if not report.restatement:
                 self._tick_seen[report.daemon_id] = report.publish_time_ms
             for g in fresh:
@@ -867,6 +869,19 @@ class ClusterNode:
                 self.all_dirty = True
             self.dirty.update(g.group for g in report.groups)
         return Receipt(report, "", result.lost, new)
+
+    def knew_us(self, report: UsageReport, now: float) -> bool:
+        """Whether a peer's report was published after that peer could have folded our
+        first report (a same-id restart settles on its peers' reports, see settled): our
+        hello went out at our start and took about as long to reach the peer as this report
+        took to reach us (the same topic both ways), and the peer announces as soon as it
+        folds it. A report published earlier is not the full announcement the peer sends
+        when it sees our new incarnation: under a 1.5-tick delay it lacked the peer's
+        suppressed groups, the restarted daemon saw nobody's demand in a group and took the
+        even split while the peer, alone since our graceful leave, held the whole quota
+        (fuzz case 122 of seed 1: 49 % over the quota for a tick)."""
+        delay_ms = max(0, self.wall_ms(now) - report.publish_time_ms)
+        return report.publish_time_ms >= self._started_ms + delay_ms - 1  # 1 ms: rounding
 
     def _published_while_hearing(self, report: UsageReport, now: float) -> bool:
         """Whether the report was published while we could hear the topic. One published
