@@ -276,6 +276,20 @@ def _moved_rows(last: np.ndarray, now: np.ndarray, tolerance: float, window_tick
     return out
 
 
+def cut_below_demand(old: tuple[float, float], new: tuple[float, float], own: KindRates,
+                     margin: float) -> tuple[bool, bool]:
+    """Per dimension (messages, bytes): whether the limit was just cut below our own demand
+    as last measured (beyond `margin`) while nothing was throttled: the bucket was not
+    emptied, so it may hold up to a second of the old limit, and every saved token would be
+    spent on top of the new limit, above the share the others leave us (Limiter.drain):
+    they go. A bucket cut but still above our demand keeps them, scaled
+    (TokenBucket.set_rate); a throttled one holds only the refill since its last ask."""
+    if own.throttled_messages > 0 or own.throttled_bytes > 0:
+        return False, False
+    return (new[0] < old[0] and own.demand_messages > new[0] * (1.0 + margin),
+            new[1] < old[1] and own.demand_bytes > new[1] * (1.0 + margin))
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     node_id: str
@@ -479,6 +493,7 @@ class ClusterNode:
         self.members_at_deafness = 1
         self.left = False  # we sent a leaving report
         self._heard: set[str] = set()  # peers whose reports we folded since we started
+        self._started_ms = wall_ms(clock())  # see knew_us
         self._resume_members: set[str] = set()
         self._resumed: set[str] = set()  # groups whose own entry is still the predecessor's
         self._hello_due = resume is not None
@@ -761,14 +776,22 @@ class ClusterNode:
         (a group deleted or forgotten meanwhile is skipped, not recreated)."""
         states = self.limiter.states
         groups = self.groups()
+        margin = self.config.params.cut_margin
+        drains = self.config.strategy in PEER_VIEW_STRATEGIES  # the baselines keep their buckets as they were
         for (group, _), group_limits in zip(plan, limits):
             if groups.get(group.name) is not group:
                 continue
+            own = self.usage_map.groups.get(group.name, {}).get(self.node_id)
             for kind in KINDS:
                 st = states.get((group.name, kind))
                 if st is not None:
                     self._limits_before.setdefault((group.name, kind), (st.messages.rate, st.bytes.rate))
+                    old = st.limit
                     self.limiter.set_limit(group, kind, *group_limits[kind])
+                    if drains and own is not None:
+                        cut_m, cut_b = cut_below_demand(old, st.limit, own.usage.kind(kind), margin)
+                        if cut_m or cut_b:
+                            self.limiter.drain(group, kind, cut_m, cut_b)
 
     def apply_config(self) -> None:
         """After a config change: forget deleted groups everywhere, recompute now. A changed
@@ -1019,7 +1042,8 @@ class ClusterNode:
             self.all_dirty = True
         else:
             self._had_peers = True
-            self._heard.add(report.daemon_id)
+            if self.knew_us(report, now):
+                self._heard.add(report.daemon_id)
             if not report.restatement:
                 self._tick_seen[report.daemon_id] = report.publish_time_ms
             for g in fresh:
@@ -1030,6 +1054,19 @@ class ClusterNode:
                 self.all_dirty = True
             self.dirty.update(g.group for g in report.groups)
         return Receipt(report, "", result.lost, new)
+
+    def knew_us(self, report: UsageReport, now: float) -> bool:
+        """Whether a peer's report was published after that peer could have folded our
+        first report (a same-id restart settles on its peers' reports, see settled): our
+        hello went out at our start and took about as long to reach the peer as this report
+        took to reach us (the same topic both ways), and the peer announces as soon as it
+        folds it. A report published earlier is not the full announcement the peer sends
+        when it sees our new incarnation: under a 1.5-tick delay it lacked the peer's
+        suppressed groups, the restarted daemon saw nobody's demand in a group and took the
+        even split while the peer, alone since our graceful leave, held the whole quota
+        (fuzz case 122 of seed 1: 49 % over the quota for a tick)."""
+        delay_ms = max(0, self.wall_ms(now) - report.publish_time_ms)
+        return report.publish_time_ms >= self._started_ms + delay_ms - 1  # 1 ms: rounding
 
     def _published_while_hearing(self, report: UsageReport, now: float) -> bool:
         """Whether the report was published while we could hear the topic. One published
@@ -1341,5 +1378,5 @@ class ClusterNode:
 __all__ = [
     "CalculatorCall", "ClusterNode", "EARLY_BUDGET_MIN", "EARLY_MIN_EVENTS", "LimitInputs",
     "MEMBER_ADMISSION_BURST", "NEW_BUCKET_SECONDS", "NodeConfig", "REJECT_OWN", "Receipt", "Resume",
-    "TickReport", "evaluate", "has_demand", "moved_beyond_counting", "start_seconds_for",
+    "TickReport", "cut_below_demand", "evaluate", "has_demand", "moved_beyond_counting", "start_seconds_for",
 ]

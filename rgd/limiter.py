@@ -24,6 +24,8 @@ from rgd.token_bucket import INF, TokenBucket
 REASON_MESSAGES = "message_rate"  # the message bucket of this daemon's share was short
 REASON_BYTES = "byte_rate"
 REASON_DEBT = "debt"  # the bucket is paying back usage charged after the fact
+# Seconds of its new limit a bucket keeps when its limit is cut below its demand (Limiter.drain).
+DRAIN_KEEP_SECONDS = 0.1
 
 
 def rate_of(configured: float) -> float:
@@ -178,6 +180,30 @@ class Limiter:
             self.limit_changes += 1
         st.messages.set_rate(messages, now)
         st.bytes.set_rate(nbytes, now)
+
+    def drain(self, group: ResourceGroup, kind: str, messages: bool = True, nbytes: bool = True,
+              keep_seconds: float = DRAIN_KEEP_SECONDS) -> None:
+        """Drop the tokens a (group, kind) saved under its earlier, larger limit beyond
+        `keep_seconds` of the new one (debt is kept).
+
+        Why: a bucket that was not emptied holds up to `burst_seconds` of its limit. When the
+        limit is cut below what the daemon is asked for, every saved token is spent at once on
+        top of the new rate, and the new rate is this daemon's share of a quota the others
+        fill with theirs: the cluster admits the saved tokens above the quota. Scaling them
+        (`TokenBucket.set_rate`) still leaves a full second of the new limit. A daemon asked
+        for more than its new limit is throttled from here on whatever it holds, so dropping
+        them costs it nothing over the tick but the excess itself (ClusterNode.apply_limits
+        decides when). What it keeps (DRAIN_KEEP_SECONDS, 10 % of a second of the new limit:
+        the overshoot the quota tolerates) is what a saturated bucket carries between two
+        batches of asks, so a limit that moves by a rounding error costs no admission."""
+        st = self.states.get((group.name, kind))
+        if st is None:
+            return
+        now = self.clock()
+        if messages:
+            st.messages.drain(now, keep_seconds)
+        if nbytes:
+            st.bytes.drain(now, keep_seconds)
 
     def forget(self, group_name: str) -> None:
         """Drop a deleted group's buckets."""

@@ -353,3 +353,24 @@ def test_a_group_in_flight_is_recomputed_when_its_entry_is_out_not_at_every_reac
         assert n.limiter.limit_in_force(G, "publish") == n.limits_for(G, clock())["publish"]  # nothing stale
     assert named.count(True) == 1 and steps > 5  # once: when the entry crossed the cutoff
     assert n.limiter.limit_in_force(G, "publish") != before  # and then the increase counted
+
+
+def test_a_cut_below_an_unthrottled_daemons_demand_drops_its_saved_tokens() -> None:
+    # Four daemons under a quota they do not fill are not throttled, so their buckets are
+    # full (a second of their limit). A 10x quota cut: each is cut far below its demand.
+    # Scaled tokens alone would be a second of the new limit each, spent on top of it: the
+    # cluster would admit up to twice the new quota in the tick of the cut. Judged by the
+    # simulator's independent metrics (sim/oracle.py), not by rgd's own figures.
+    from sim.engine import run
+    from sim.metrics import usage_and_quota
+    from sim.scenario import parse
+
+    doc = {
+        "name": "cut-unthrottled", "ticks": 16, "substeps": 5, "phases": "spread", "daemons": ["a", "b", "c", "d"],
+        "groups": {"g": {"publishRateInMsgs": 2000}}, "demand": {"g": {"a": 450, "b": 400, "c": 350, "d": 300}},
+        "events": [{"at": 10, "groups": {"g": {"publishRateInMsgs": 200}}}],
+    }
+    result = run(parse(doc, "cut-unthrottled"), "rgd")
+    series = result.dims["g/publish"]
+    worst = max(u / q for t in series[10:] if t is not None for u, q in usage_and_quota(t))
+    assert worst <= 1.10, worst
