@@ -41,6 +41,12 @@ from rgd.groups import KINDS
 from rgd.settings import UNIX_PREFIX
 from rgd.token_bucket import TokenBucket
 
+# The local fallback's bucket, in seconds of `fallback_rate`. Not the daemon's 0.1 s: that
+# bounds what a group's daemons save between them, and a client cut off from its daemon has
+# no cluster to line up with; a second's allowance keeps small fallback rates (3 msg/s)
+# usable as whole messages.
+FALLBACK_BURST_SECONDS = 1.0
+
 __all__ = ["Answer", "Client", "ClientStats", "RgdRequestError", "SOURCE_DAEMON", "SOURCE_FALLBACK",
            "SOURCE_RETRY_AFTER"]
 
@@ -303,7 +309,8 @@ class Client:
         buckets = self._fallback.get((namespace, kind))
         if buckets is None:
             buckets = self._fallback[(namespace, kind)] = (
-                TokenBucket.new(self.fallback_rate[0], now), TokenBucket.new(self.fallback_rate[1], now))
+                TokenBucket.new(self.fallback_rate[0], now, FALLBACK_BURST_SECONDS),
+                TokenBucket.new(self.fallback_rate[1], now, FALLBACK_BURST_SECONDS))
         mb, bb = buckets
         mb.refill(now)
         bb.refill(now)

@@ -66,6 +66,7 @@ from rgd.report_builder import (
 )
 from rgd.report_codec import (REPLAY_WINDOW_MS, FoldScope, HmacKeys, Rejected, check_plausible, decode_report,
                               groups_cap)
+from rgd.token_bucket import DEFAULT_BURST_SECONDS
 from rgd.suppression import SuppressionPolicy, SuppressionState, moved, select_reports
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 from rgd.usage_map import UsageMap
@@ -299,7 +300,7 @@ class NodeConfig:
     suppression: SuppressionPolicy = field(default_factory=SuppressionPolicy)
     ttl_ticks: int = 3
     announce: bool = True  # a full report when a new member appears
-    burst_seconds: float = 1.0
+    burst_seconds: float = DEFAULT_BURST_SECONDS
     max_debt_seconds: float = 10.0
     outage_grace: float = 10.0
     react_seconds: float = 0.1  # how often react() runs (early reports, recompute of what changed)
@@ -964,7 +965,7 @@ class ClusterNode:
         self._claim_open = {g for g in self._claim_open if g in send or g in restate
                             or g not in self._new_groups or now < self._new_groups[g][0] + window}
         self.ticks += 1
-        self.limiter.recompute_at = now + tick_s
+        self.limiter.recompute_at = now + self._recompute_interval()
         self.history.prune(now, self.fold_window())
         for name in [g for g in self.history.entries if g not in self._entries]:
             self.history.forget(name)
@@ -1308,6 +1309,15 @@ class ClusterNode:
             self.recompute()
         elif names:
             self.recompute(names)
+        self.limiter.recompute_at = now + self._recompute_interval()
+
+    def _recompute_interval(self) -> float:
+        """How soon a limit may next change, which caps Retry-After (Limiter.recompute_at).
+        With early reports every react recomputes what changed, so a share can grow a react
+        after a denial; a broker told to wait for the tick would come back up to a tick
+        late and leave that share unused. Brokers reading only the header still wait a
+        whole second (it counts in seconds); `retry_after_ms` is the precise figure."""
+        return self.config.react_seconds if self.config.early_reports else self.config.tick_seconds
 
     def tick_targets(self, now: float) -> set[str] | None:
         """What the tick recomputes: every group (None) when something every group's share

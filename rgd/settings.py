@@ -10,6 +10,8 @@ import socket
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping, NamedTuple
 
+from rgd.token_bucket import DEFAULT_BURST_SECONDS
+
 DEFAULT_TOPIC = "non-persistent://public/default/rgd-usage"
 DEFAULT_CONFIG_TOPIC = "persistent://public/default/rgd-config"
 
@@ -72,7 +74,7 @@ class Settings:
     log_dir: str = "rgd-data/log"
     data_dir: str = "rgd-data"  # embedded broker storage
     config: str = ""  # path of the config file (groups + these settings)
-    burst: float = 1.0  # token bucket capacity, in seconds of the local limit
+    burst: float = DEFAULT_BURST_SECONDS  # token bucket capacity, in seconds of the local limit (rgd/token_bucket.py: why 0.1)
     max_debt: float = 10.0  # cap on after-the-fact debt, in seconds of the local limit
     ttl_ticks: int = 3  # evict a silent daemon after this many ticks
     report_tolerance: float = 0.10  # PIP-82 suppression: report when usage moved more than this
@@ -113,7 +115,7 @@ HELP: dict[str, str] = {
     "log_dir": "directory of the usage log segments",
     "data_dir": "directory of the embedded broker's storage",
     "config": "config file (YAML or TOML): daemon settings and resource groups",
-    "burst": "token bucket capacity in seconds of the local limit",
+    "burst": "token bucket capacity in seconds of the local limit (at least room for ten messages)",
     "max_debt": "cap on usage charged after the fact, in seconds of the local limit",
     "ttl_ticks": "evict a daemon silent for this many ticks",
     "report_tolerance": "skip a group in the report when usage moved less than this fraction",

@@ -19,6 +19,19 @@ from dataclasses import dataclass
 
 INF = math.inf
 
+# The bucket's default size, in seconds of its rate. Why 0.1 s: the buckets of a group's
+# daemons then hold at most 0.1 s of the group's quota between them (their limits sum to
+# the quota), so no 1-second window admits more than 110 % of it cluster-wide, however
+# the saved tokens line up after a demand shift. A 1 s bucket let one daemon below its
+# limit spend a whole second of its share on top of the rate the moment its demand
+# jumped, before any report could leave: 2x the quota in one tick at a x10 step. Brokers
+# lose nothing by it: a denied ask is told when it will pass (Retry-After), and an ask
+# larger than the bucket still passes on a full bucket, into debt.
+DEFAULT_BURST_SECONDS = 0.1
+
+
+__all__ = ["DEFAULT_BURST_SECONDS", "INF", "TokenBucket"]
+
 
 @dataclass(slots=True)
 class TokenBucket:
@@ -30,7 +43,7 @@ class TokenBucket:
 
     @classmethod
     def new(
-        cls, rate: float, now: float, burst_seconds: float = 1.0, max_debt_seconds: float = 10.0,
+        cls, rate: float, now: float, burst_seconds: float = DEFAULT_BURST_SECONDS, max_debt_seconds: float = 10.0,
         start_full: bool = True,
     ) -> "TokenBucket":
         cap = rate * burst_seconds if rate != INF else INF

@@ -3,10 +3,15 @@
 Time advances in sub-steps of 1/substeps tick. At every sub-step:
 1. the simulated topic delivers what is due into the receivers' inboxes;
 2. daemons whose phase is this sub-step tick (collect -> report -> read -> compute);
-3. every daemon's brokers offer this sub-step's share of their demand to its
-   limiter, in small acquires, and what was admitted is recorded;
-4. every daemon reacts (rgd/cluster_node.py): folds what arrived, publishes an
-   early report if a group's demand moved, recomputes what changed.
+3. every daemon's brokers ask its limiter for this sub-step's share of their demand,
+   arriving evenly over the sub-step in small acquires, each at its own instant
+   between this sub-step's start and the next (sim/broker.py); what was admitted is
+   recorded;
+4. at the sub-step's end, the topic delivers what fell due during it and every daemon
+   reacts (rgd/cluster_node.py): folds what arrived, publishes an early report if a
+   group's demand moved (over the window up to now), recomputes what changed. What a
+   react decides holds from the next sub-step, so a report is folded at most a react
+   interval after it arrives, as by the daemon's react loop.
 Daemons tick once per tick each, at different phases (not aligned, as in a real
 cluster), so a report published by one is folded by the others before their next
 tick. Events apply at the start of their tick; config changes reach every daemon
@@ -28,12 +33,14 @@ from typing import Protocol
 from rgd.groups import KINDS, ResourceGroup
 from rgd.quota.calculator import QuotaParams, strategy_named
 from rgd.wire.usage_report_pb2 import UsageReport
+from sim.broker import ArrivingDemand
 from sim.node import NodeStats, SimNode
 from sim.profiles import Profile, profile_for
 from sim.scenario import Scenario, ScenarioError
 from sim.transport import Transport, TransportSpec
 
 TICK_SECONDS = 1.0
+REACT_BEFORE_END = 1e-6  # reacts run this long before the next sub-step's instant
 ACQUIRES_PER_SUBSTEP = 16  # a daemon's demand arrives as about this many acquires per sub-step
 
 
@@ -118,7 +125,7 @@ class Simulation:
         self.nodes: dict[str, SimNode] = {}
         self.retired: list[SimNode] = []
         self._incarnation = 0
-        self._backlog: dict[tuple[str, str, str], float] = {}
+        self._arrivals: dict[tuple[str, str, str], ArrivingDemand] = {}
         self._sink = _Sink(self)
         n = len(scenario.daemons)
         for i, node_id in enumerate(scenario.daemons):
@@ -155,8 +162,8 @@ class Simulation:
         if graceful:
             node.leave(self.now)  # to the others only: a stopped daemon hears nothing
         self.retired.append(node)
-        for key in [k for k in self._backlog if k[0] == node_id]:
-            del self._backlog[key]
+        for key in [k for k in self._arrivals if k[0] == node_id]:
+            del self._arrivals[key]
 
     # -- events -----------------------------------------------------------------------------
 
@@ -230,16 +237,19 @@ class Simulation:
             factors = self._jitter()
             for sub in range(s):
                 self.now = (k + sub / s) * TICK_SECONDS
-                for receiver, data in self.transport.due(self.now):
-                    node = self.nodes.get(receiver)
-                    if node is not None:
-                        node.inbox.append(data)
+                self._deliver()
                 for node in sorted(self.nodes.values(), key=lambda n: n.node_id):
                     if node.phase == sub:
                         node.tick(self.now)
                         if self.log is not None:
                             self.log.tick(node.node_id, self.now)
                 self._traffic(record, factors, s)
+                # Reacts at the sub-step's end: they measure all of its traffic, fold what
+                # arrived during it, and what they decide holds from the next sub-step (a
+                # report published at this sub-step's start is folded at its end: the react
+                # loop's latency, at most a react interval as in the daemon).
+                self.now = (k + (sub + 1) / s) * TICK_SECONDS - REACT_BEFORE_END
+                self._deliver()
                 for node in sorted(self.nodes.values(), key=lambda n: n.node_id):
                     node.react(self.now)
             limits.append(self._limits())
@@ -256,6 +266,13 @@ class Simulation:
             counters={k: sum(getattr(n.stats, k) for n in everyone) for k in vars(NodeStats())},
             limits=limits,
         )
+
+    def _deliver(self) -> None:
+        """Put what the simulated topic has due by now into the receivers' inboxes."""
+        for receiver, data in self.transport.due(self.now):
+            node = self.nodes.get(receiver)
+            if node is not None:
+                node.inbox.append(data)
 
     def _jitter(self) -> dict[tuple[str, str, str], float]:
         j = self.scenario.jitter
@@ -303,14 +320,10 @@ class Simulation:
                         tick.admitted.setdefault(node_id, 0.0)
                     if rate <= 0:
                         continue
-                    bk = (node_id, group_name, kind)
-                    backlog = self._backlog.get(bk, 0.0) + rate * TICK_SECONDS / substeps
-                    n = int(backlog + 1e-9)
-                    self._backlog[bk] = backlog - n
-                    if n <= 0:
-                        continue
-                    batch = max(1, int(rate * TICK_SECONDS / substeps / ACQUIRES_PER_SUBSTEP))
-                    admitted = node.offer(group, kind, n, batch, mb, self.now)
+                    arriving = self._arrivals.setdefault((node_id, group_name, kind), ArrivingDemand())
+                    step = TICK_SECONDS / substeps
+                    batch = max(1, int(rate * step / ACQUIRES_PER_SUBSTEP))
+                    admitted = arriving.step(rate, self.now, self.now + step, batch, node.asker(group, kind, mb))
                     if tick is not None:
                         tick.admitted[node_id] += admitted * unit
 

@@ -14,6 +14,7 @@ from typing import Callable, Mapping, Protocol
 from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, Resume, start_seconds_for
 from rgd.groups import ResourceGroup
 from rgd.limiter import Limiter
+from rgd.token_bucket import DEFAULT_BURST_SECONDS
 from rgd.quota.calculator import QuotaParams
 from rgd.quota.model import GroupLimits
 from rgd.report_codec import serialize_report
@@ -61,7 +62,7 @@ class SimNode:
     profile: Profile
     groups: Mapping[str, ResourceGroup]  # the cluster config, shared by all nodes
     sink: ReportSink
-    burst_seconds: float = 1.0
+    burst_seconds: float = DEFAULT_BURST_SECONDS
     tick_seconds: float = 1.0
     react_seconds: float = 0.1  # one sub-step: react() runs at every one
     resume: Resume | None = None  # a same-id restart: what its predecessor left
@@ -93,18 +94,16 @@ class SimNode:
     def apply_config(self) -> None:
         self.node.apply_config()
 
-    def offer(self, group: ResourceGroup, kind: str, messages: int, batch: int, message_bytes: int,
-              now: float) -> int:
-        """Brokers ask for `messages` in acquires of `batch`; returns how many were admitted."""
-        admitted = 0
+    def asker(self, group: ResourceGroup, kind: str, message_bytes: int) -> Callable[[int, float], bool]:
+        """How this daemon's brokers ask its limiter (sim/broker.py): n messages of
+        `message_bytes` at a given instant -> admitted or not."""
         namespace = f"{group.name}/ns"
         limiter = self.node.limiter
-        while messages > 0:
-            n = min(batch, messages)
-            messages -= n
-            if limiter.acquire(group, kind, n, n * message_bytes, namespace, now=now).allowed:
-                admitted += n
-        return admitted
+
+        def ask(n: int, at: float) -> bool:
+            return limiter.acquire(group, kind, n, n * message_bytes, namespace, now=at).allowed
+
+        return ask
 
     def _publish(self, report: UsageReport, now: float) -> None:
         for part in [report, *self.node.take_continuations(report)]:  # split if over 4 MiB, as the daemon does

@@ -12,7 +12,7 @@ phases: spread             # when each daemon ticks within a tick: spread | alig
 message_bytes: 1000        # bytes per message (demand is in messages/s)
 message_sizes:             # per group (a number) or per group and daemon (a mapping): bytes per
   g: {a: 200, b: 20000}    #   message, overriding message_bytes (1..100 MiB); fixed for the run
-burst: 1.0                 # token bucket, seconds of the local limit (default: the daemon's)
+burst: 0.1                 # token bucket, seconds of the local limit (default: the daemon's)
 ttl_ticks: 3               # rgd's eviction of a silent daemon (default: the daemon's)
 pulsar_ttl_ticks: 10       # Pulsar's: 600 s of usage kept, in 60 s periods
 jitter: 0.0                # each tick's demand is scaled by 1 + uniform(-jitter, jitter)

@@ -26,10 +26,13 @@ def config(tmp_path: Path) -> Path:
 def make_daemon(make_daemon):
     """API tests test the API: `static` gives a lone daemon its whole quota from the
     first request, so bucket contents are predictable (the ramp is the calculator's
-    business and is tested there and in test_rate_accuracy)."""
+    business and is tested there and in test_rate_accuracy). A 1 s bucket (the default
+    is 0.1 s) holds whole messages of these 10 msg/s and 5 msg/s limits, so the counts
+    below read as the limit itself."""
 
     async def factory(*args, **kwargs):
         kwargs.setdefault("strategy", "static")
+        kwargs.setdefault("burst", 1.0)
         return await make_daemon(*args, **kwargs)
 
     return factory

@@ -94,7 +94,7 @@ async def _start(config: Path, tmp_path: Path, listen: str, broker, topics) -> D
 
 
 async def test_retry_after_is_honoured_locally(make_daemon, config, seen):
-    d = await make_daemon(config=config, strategy="static")
+    d = await make_daemon(config=config, strategy="static", burst=1.0)  # a bucket of 5 whole messages
     async with Client(base_url(d), window=0.0) as client:
         first = await client.acquire("acme/orders", messages=5)
         assert first.allowed and first.remaining_messages == 0

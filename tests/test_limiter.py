@@ -3,7 +3,8 @@ import math
 from rgd.groups import ResourceGroup
 import pytest
 
-from rgd.limiter import DRAIN_KEEP_SECONDS, REASON_BYTES, REASON_DEBT, REASON_MESSAGES, Limiter
+from rgd.limiter import (BURST_FLOOR_MAX_SECONDS, BURST_FLOOR_MESSAGES, DRAIN_KEEP_SECONDS, REASON_BYTES, REASON_DEBT,
+                         REASON_MESSAGES, Limiter, bucket_seconds)
 from tests.fake_clock import FakeClock
 
 
@@ -91,7 +92,7 @@ def test_inlined_acquire_matches_token_bucket_methods(msg_rate, byte_rate, burst
     lim = Limiter(clock, burst_seconds=burst, initial_limits=lambda g, k: (msg_rate, byte_rate))
     g = ResourceGroup("g")
     lim.state(g, "publish", 0.0)  # created now, as the reference buckets are
-    mb = TokenBucket.new(msg_rate, 0.0, burst)
+    mb = TokenBucket.new(msg_rate, 0.0, bucket_seconds(burst, msg_rate, 1.0))  # room for ten messages
     bb = TokenBucket.new(byte_rate, 0.0, burst)
     for dt, messages, nbytes, charge in steps:
         clock.t += dt
@@ -112,7 +113,7 @@ def test_inlined_acquire_matches_token_bucket_methods(msg_rate, byte_rate, burst
 def test_a_cut_keeps_saved_tokens_in_seconds_not_in_tokens():
     """A quota cut 10x: a bucket 30 % full stays 30 % full of the new capacity (here 60 of 200
     tokens becomes 6 of 20), so the old limit's burst cannot be spent after the cut."""
-    b = TokenBucket.new(200.0, now=0.0)
+    b = TokenBucket.new(200.0, now=0.0, burst_seconds=1.0)
     b.tokens = 60.0
     b.set_rate(20.0, now=0.0)
     assert b.tokens == 6.0 and b.capacity == 20.0
@@ -136,6 +137,11 @@ def test_retry_after_never_exceeds_the_next_recomputation_unless_the_debt_needs_
     # bytes the longer: 3e6 bytes short on a 1e6 B/s quota
     assert capped_retry(60.0, 0.5, 1.0, 3e6, 100.0, 1e6) == 3.0
     assert capped_retry(0.2, 0.7, 1.0, 0.0, 100.0, -1.0) == 0.2  # shorter than the recompute: as is
+    # a share of 0 in a dimension the group does not limit (a strategy that starts from
+    # nothing): wait for the recompute, not forever (this said inf)
+    assert capped_retry(math.inf, 0.7, 0.0, 5.0, -1.0, 1e6) == 0.7
+    assert capped_retry(math.inf, 0.7, 1.0, 0.0, -1.0, -1.0) == 0.7
+    assert capped_retry(math.inf, 0.7, 1.0, 0.0, 0.0, -1.0) == math.inf  # a zero quota never pays
 
 
 def test_limiter_caps_retry_after_at_the_recompute_time() -> None:
@@ -163,3 +169,46 @@ def test_drain_keeps_a_tenth_of_a_second_of_the_new_limit_and_the_debt():
     lim.record_usage(g, "publish", 0, 30_000, "t/ns")  # into debt
     lim.drain(g, "publish")
     assert st.bytes.tokens == pytest.approx(-20_001)  # debt is kept
+
+
+# -- the bucket's size: 0.1 s of the share, but room for ten messages ----------------------
+
+def test_bucket_seconds_floor_in_messages_and_its_cap() -> None:
+    assert bucket_seconds(0.1, 1000.0, 1.0) == 0.1  # 100 messages in 0.1 s: no floor needed
+    assert bucket_seconds(0.1, 100.0, 1.0) == pytest.approx(0.1)  # exactly ten messages
+    assert bucket_seconds(0.1, 50.0, 1.0) == pytest.approx(BURST_FLOOR_MESSAGES / 50.0)  # 0.2 s
+    assert bucket_seconds(0.1, 3.0, 1.0) == BURST_FLOOR_MAX_SECONDS  # ten would be 3.3 s: capped
+    assert bucket_seconds(0.1, 100_000.0, 2_000.0) == pytest.approx(0.2)  # bytes: 10 x 2 kB at 100 kB/s
+    assert bucket_seconds(0.1, 10_000.0, 2_000.0) == BURST_FLOOR_MAX_SECONDS  # 2 s at 10 kB/s: capped
+    assert bucket_seconds(0.1, 1e6, 2_000.0) == 0.1
+    assert bucket_seconds(0.1, 1e5, 0.0) == 0.1  # mean message not known yet
+    assert bucket_seconds(0.1, math.inf, 1.0) == 0.1 and bucket_seconds(0.1, 0.0, 1.0) == 0.1
+    assert bucket_seconds(1.5, 5.0, 1.0) == 1.5  # never smaller than what was configured
+
+
+def test_a_small_share_admits_a_clump_of_messages_it_can_pay_for() -> None:
+    """A 20 msg/s share with the default 0.1 s burst held two messages; a clump of five
+    arriving together after a quiet half second was mostly denied although the daemon
+    was under its share. The floor gives it room for ten."""
+    clock = FakeClock(0.0)
+    lim = Limiter(clock)
+    g = ResourceGroup("g", publish_msgs=1000)
+    lim.set_limit(g, "publish", 20.0, math.inf)
+    st = lim.states[("g", "publish")]
+    assert st.messages.capacity == pytest.approx(BURST_FLOOR_MESSAGES)
+    clock.t = 1.0
+    assert all(lim.acquire(g, "publish", 1, 0, "t/ns").allowed for _ in range(5))
+    # and it stays a bound: no more than the floor plus the rate in any second
+    clock.t = 2.0
+    admitted = sum(lim.acquire(g, "publish", 1, 0, "t/ns").allowed for _ in range(100))
+    assert admitted == 10
+
+
+def test_the_bytes_bucket_floor_follows_the_groups_mean_message() -> None:
+    clock = FakeClock(0.0)
+    lim = Limiter(clock)
+    g = ResourceGroup("g", publish_msgs=-1, publish_bytes=1_000_000)
+    for _ in range(4):
+        assert lim.acquire(g, "publish", 1, 5_000, "t/ns").allowed  # 5 kB messages
+    lim.set_limit(g, "publish", math.inf, 100_000.0)  # 0.1 s would be 10 kB: two messages
+    assert lim.states[("g", "publish")].bytes.capacity == pytest.approx(50_000.0)  # ten of them

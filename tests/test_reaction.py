@@ -291,7 +291,8 @@ def test_a_new_group_with_even_demand_is_used_in_its_first_second() -> None:
     series = run(load("issue12-new-group-even"), "rgd").dims["h/publish"]
     first = series[5]
     assert first is not None and sum(first.admitted.values()) >= 0.9 * 300, first.admitted
-    assert all(sum(t.admitted.values()) <= 1.01 * 300 for t in series if t is not None)
+    # A new bucket starts with NEW_BUCKET_SECONDS (0.05 s) of its limit: at most 5 % over, by design.
+    assert all(sum(t.admitted.values()) <= 1.05 * 300 for t in series if t is not None)
 
 
 def test_a_group_woken_by_one_member_is_its_own_within_a_tick() -> None:

@@ -33,6 +33,14 @@ to settle only on peer reports published after the peer could have seen it: wind
 >= 95 % utilization 0.991 -> 0.993, the worst window's utilization 0.897 -> 0.894 (above the
 0.89 floor: a restarted daemon under a delay takes the floor until its peers' announcements
 arrive, where it used to take the even split of groups it could not see), the rest unchanged.
+
+Re-measured when the bucket shrank from 1 s to 0.1 s with room for ten messages, Retry-After
+came to be capped by the next react, and the simulated brokers began to ask at their own
+instants over a sub-step with each daemon's reacts folding what arrived during it
+(sim/README.md, behaviour 9): scenarios with no tick over 10 % 26 -> 29 of 30, the worst
+overshoot 62.3 % -> 16.4 % (case 0, two ticks after a crash under 28 % loss and a 2-tick
+delay), the worst window's utilization 0.894 -> 0.948, windows at >= 95 % utilization
+0.993 -> 0.996, Jain min and convergence unchanged.
 """
 
 from __future__ import annotations
@@ -91,16 +99,19 @@ def test_rgd_floors_on_the_corpus() -> None:
     util_ok = sum(1 for u in utils if u >= 0.95) / len(utils)
     figures = f"util min {min(utils):.3f} ({util_ok:.4f} of windows >= 0.95), Jain min {min(jains):.4f}, <=3 {within3:.3f}, <=5 {within5:.3f}, " \
               f"no tick over 10 % in {calm:.3f} of scenarios"
+    worst = max(c.overshoot_pct for c in cs)
+    figures += f", worst overshoot {worst:.1f} %"
     assert min(jains) >= 0.94, figures  # target 0.99 in every window: measured 0.946
-    assert min(utils) >= 0.89, figures  # target 0.95 in every window: measured min 0.897 ...
-    assert util_ok >= 0.99, figures  # ... and 0.991 of windows at >= 0.95
+    assert min(utils) >= 0.94, figures  # target 0.95 in every window: measured min 0.948 ...
+    assert util_ok >= 0.995, figures  # ... and 0.996 of windows at >= 0.95
     assert within3 >= 0.95, figures  # target 0.95 of changes: measured 0.954
     assert within5 >= 0.97, figures  # target: all of them; measured 0.973
-    assert calm >= 0.85, figures  # target: every scenario; measured 26 of 30 (0.867)
+    assert calm >= 0.95, figures  # target: every scenario; measured 29 of 30 (0.967)
+    assert worst <= 18.0, figures  # target 10 %: measured 16.4 % (case 0, after a crash under loss)
 
 
 @pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: Jain 0.946 (0.99), "
-                   "windows >= 95 % utilization 0.991 (all), changes within 5 ticks 0.973 (all)")
+                   "windows >= 95 % utilization 0.996 (all), changes within 5 ticks 0.973 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)

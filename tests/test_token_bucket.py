@@ -61,4 +61,4 @@ def test_unlimited_never_short():
     b = TokenBucket.new(math.inf, now=0.0)
     assert b.shortfall(10**12) == 0
     b.set_rate(5, 1.0)
-    assert b.tokens == 5  # from unlimited: start full at the new capacity
+    assert b.tokens == 5 * b.burst_seconds  # from unlimited: start full at the new capacity

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Collection, Mapping
 
+from rgd.token_bucket import DEFAULT_BURST_SECONDS
+
 INF = math.inf
 
 
@@ -63,7 +65,7 @@ class QuotaParams:
     newcomer_fraction: float = 0.02
     idle_reserve_fraction: float = 0.05
     headroom_fraction: float = 0.25
-    burst_seconds: float = 1.0
+    burst_seconds: float = DEFAULT_BURST_SECONDS
     cut_margin: float = 0.05
     counting_window: float = 1.0
 
