@@ -21,8 +21,9 @@ INF = math.inf
 
 # The bucket's default size, in seconds of its rate. Why 0.1 s: the buckets of a group's
 # daemons then hold at most 0.1 s of the group's quota between them (their limits sum to
-# the quota), so no 1-second window admits more than 110 % of it cluster-wide, however
-# the saved tokens line up after a demand shift. A 1 s bucket let one daemon below its
+# the quota), so saved tokens add at most 10 % to any 1-second window cluster-wide,
+# however they line up after a demand shift (the limiter's ten-message floor is the
+# exception at small quotas: rgd.limiter.bucket_seconds). A 1 s bucket let one daemon below its
 # limit spend a whole second of its share on top of the rate the moment its demand
 # jumped, before any report could leave: 2x the quota in one tick at a x10 step. Brokers
 # lose nothing by it: a denied ask is told when it will pass (Retry-After), and an ask
