@@ -55,7 +55,7 @@ import numpy as np
 
 from rgd.groups import KINDS, QuotaCeilings, ResourceGroup
 from rgd.delivery_delay import DeliveryDelay
-from rgd.limiter import BURST_FLOOR_MAX_SECONDS, Collected, Limiter, TickCounters, rate_of
+from rgd.limiter import Collected, Limiter, TickCounters, largest_bucket_seconds, rate_of
 from rgd.map_keeper import MapKeeper
 from rgd.own_history import OwnHistory
 from rgd.quota.calculator import PEER_VIEW_STRATEGIES, calculate
@@ -1057,10 +1057,10 @@ class ClusterNode:
 
     def _plausible_slack(self) -> float:
         """What a peer's buckets and debt can admit beyond its limit over a tick, in seconds
-        of the limit (check_plausible): the bucket holds `burst` seconds, or up to
-        BURST_FLOOR_MAX_SECONDS where its ten-message floor is larger (a small share), plus
-        the debt cap. Counting `burst` alone (0.1 s) rejected a small group's genuine reports."""
-        return max(self.config.burst_seconds, BURST_FLOOR_MAX_SECONDS) + self.config.max_debt_seconds
+        of the limit (check_plausible): the largest bucket the limiter makes (its
+        ten-message floor can exceed `burst` for a small share) plus the debt cap. Counting
+        `burst` alone (0.1 s) rejected a small group's genuine reports."""
+        return largest_bucket_seconds(self.config.burst_seconds) + self.config.max_debt_seconds
 
     def knew_us(self, report: UsageReport, now: float) -> bool:
         """Whether a peer's report was published after that peer could have folded our

@@ -50,6 +50,12 @@ def bucket_seconds(burst_seconds: float, rate: float, unit: float) -> float:
     return max(burst_seconds, min(BURST_FLOOR_MAX_SECONDS, BURST_FLOOR_MESSAGES * unit / rate))
 
 
+def largest_bucket_seconds(burst_seconds: float) -> float:
+    """The most bucket_seconds gives for any rate and message size: what a daemon can have
+    saved, in seconds of its limit (peers' reports are vetted against it)."""
+    return max(burst_seconds, BURST_FLOOR_MAX_SECONDS)
+
+
 def rate_of(configured: float) -> float:
     """Config uses -1 for unlimited; buckets use INF."""
     return INF if configured < 0 else configured

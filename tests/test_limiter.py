@@ -4,7 +4,8 @@ from rgd.groups import ResourceGroup
 import pytest
 
 from rgd.limiter import (BURST_FLOOR_MAX_SECONDS, BURST_FLOOR_MESSAGES, DRAIN_KEEP_SECONDS, REASON_BYTES, REASON_DEBT,
-                         REASON_MESSAGES, Limiter, bucket_seconds)
+                         REASON_MESSAGES, Limiter, bucket_seconds,
+                         largest_bucket_seconds)
 from tests.fake_clock import FakeClock
 
 
@@ -184,6 +185,10 @@ def test_bucket_seconds_floor_in_messages_and_its_cap() -> None:
     assert bucket_seconds(0.1, 1e5, 0.0) == 0.1  # mean message not known yet
     assert bucket_seconds(0.1, math.inf, 1.0) == 0.1 and bucket_seconds(0.1, 0.0, 1.0) == 0.1
     assert bucket_seconds(1.5, 5.0, 1.0) == 1.5  # never smaller than what was configured
+    # The bound peers vet reports against covers every bucket the floor can make.
+    sizes = [bucket_seconds(b, r, u) for b in (0.1, 1.5) for r in (0.5, 3.0, 1e3, 1e6) for u in (0.0, 1.0, 1e4)]
+    assert max(sizes) == largest_bucket_seconds(1.5) == 1.5
+    assert max(bucket_seconds(0.1, r, 1.0) for r in (0.5, 3.0, 1e3)) == largest_bucket_seconds(0.1) == 1.0
 
 
 def test_a_small_share_admits_a_clump_of_messages_it_can_pay_for() -> None:
