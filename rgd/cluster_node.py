@@ -108,6 +108,9 @@ def moved_beyond_counting(last: tuple[float, ...], now: tuple[float, ...], toler
     return len(last) != len(now)
 
 
+# A bucket whose busiest react interval in the trailing tick held this share of the tick's
+# messages came in bursts (smooth traffic: about one react's share, a tenth).
+BURSTY_SHARE = 0.5
 FIGURES = 4 * len(KINDS)  # rgd.report_builder.figures: usage and demand of every kind
 _TOTALS = attrgetter("total_admitted_messages", "total_admitted_bytes", "total_throttled_messages",
                      "total_throttled_bytes")
@@ -133,12 +136,18 @@ class _KeyLayout:
 class _Window(NamedTuple):
     """The counts over one react window: per bucket of `layout`, whether it was there at the
     window's start (`present`) and its four counters' increase (admitted and throttled
-    messages and bytes)."""
+    messages and bytes); and the same over the trailing tick (`long_*`: as much of a tick as
+    the snapshots cover), which confirms a move the short window sees and stands in for it
+    where traffic comes in bursts (see early_report)."""
 
     span: float
     layout: _KeyLayout
     present: np.ndarray
     counts: np.ndarray
+    long_span: float
+    long_present: np.ndarray
+    long_counts: np.ndarray
+    bursty: np.ndarray  # per bucket: its traffic over the trailing tick came in bursts
 
 
 class _FigureDict(dict):
@@ -447,6 +456,7 @@ class ClusterNode:
             admissions_per_second=(config.member_admissions_per_tick / config.tick_seconds
                                    if keys is None and config.member_admissions_per_tick is not None else None),
             admission_burst=MEMBER_ADMISSION_BURST,
+            report_interval_seconds=config.tick_seconds,
         )
         self.suppression_state = SuppressionState()
         self.limiter = Limiter(clock, config.burst_seconds, config.max_debt_seconds,
@@ -461,7 +471,8 @@ class ClusterNode:
         self.dirty: set[str] = set()
         self.all_dirty = False
         # (when, the buckets then, their cumulative counters: one int64 row of four per bucket)
-        self._snapshots: deque[tuple[float, _KeyLayout, np.ndarray]] = deque()
+        # (when, buckets, cumulative counters, cumulative messages) at each react
+        self._snapshots: deque[tuple[float, _KeyLayout, np.ndarray, np.ndarray]] = deque()
         self._early_at: dict[str, float] = {}
         self._early_this_tick: set[str] = set()
         self._last_figures = _FigureDict()  # per group, as last sent (tick or early)
@@ -1150,8 +1161,8 @@ class ClusterNode:
 
     def _window_counts(self, now: float) -> "_Window | None":
         """Snapshot the limiter's cumulative counters (one int64 row per bucket); the counts
-        over the last react window (and its length), or None until a window's worth of
-        snapshots exists. A bucket created within the window is not measured yet: a
+        over the last react window (and its length) and over the trailing tick, or None
+        until a react window's worth of snapshots exists. A bucket created within the window is not measured yet: a
         fraction of a window would be a noisy demand, and until its first report every
         member still computes the equal split of a group nobody has reported."""
         states = self.limiter.states
@@ -1167,24 +1178,49 @@ class ClusterNode:
                 for key in keys:
                     self._born.setdefault(key, now)
         totals = np.array(list(map(_TOTALS, states.values())), dtype=np.int64).reshape(len(keys), 4)
-        self._snapshots.append((now, layout, totals))
+        self._snapshots.append((now, layout, totals, totals[:, 0] + totals[:, 2]))
         window = self.config.react_window
-        while len(self._snapshots) > 1 and self._snapshots[1][0] <= now - window + 1e-9:
-            self._snapshots.popleft()
-        start, old_layout, old = self._snapshots[0]
-        span = now - start
+        horizon = max(window, self.config.tick_seconds)
+        snaps = self._snapshots
+        while len(snaps) > 1 and snaps[1][0] <= now - horizon + 1e-9:
+            snaps.popleft()
+        short = len(snaps) - 1  # the newest snapshot at least a react window old
+        while short > 0 and snaps[short][0] > now - window + 1e-9:
+            short -= 1
+        span = now - snaps[short][0]
         if span < window - 1e-9:
             return None
+        present, counts = self._counts_since(snaps[short], layout, totals)
+        long_present, long_counts = self._counts_since(snaps[0], layout, totals)
+        bursty = np.zeros(len(keys), dtype=bool)
+        if len(snaps) > 2 and all(snap[1] is layout for snap in snaps):
+            # Messages (admitted and throttled) per react between snapshots over the trailing
+            # tick: a bucket whose busiest react holds BURSTY_SHARE of the tick's messages or
+            # more came in bursts (for smooth traffic it would hold about 1 / reacts), unless
+            # that react lies in the short window: traffic that has just started (a step up
+            # from idle) is all in the last reacts, and the short window is what sees it.
+            msgs = np.stack([snap[3] for snap in snaps])
+            per_react = np.diff(msgs, axis=0)
+            peak_at = per_react.argmax(axis=0)
+            peak = per_react.max(axis=0)
+            total = msgs[-1] - msgs[0]
+            bursty = (total >= 2 * EARLY_MIN_EVENTS) & (peak >= BURSTY_SHARE * total) & (peak_at < short)
+        return _Window(span, layout, present, counts, now - snaps[0][0], long_present, long_counts, bursty)
+
+    @staticmethod
+    def _counts_since(start: tuple[float, _KeyLayout, np.ndarray, np.ndarray], layout: _KeyLayout,
+                      totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per bucket of `layout`: whether it was there at the snapshot `start`, and its
+        counters' increase since."""
+        _, old_layout, old, _ = start
         if old_layout is layout:
-            present = np.ones(len(keys), dtype=bool)
-            counts = totals - old
-        else:
-            rows = old_layout.rows
-            at = np.fromiter((rows.get(k, -1) for k in keys), dtype=np.intp, count=len(keys))
-            present = at >= 0
-            counts = np.zeros_like(totals)
-            counts[present] = totals[present] - old[at[present]]
-        return _Window(span, layout, present, counts)
+            return np.ones(len(layout.keys), dtype=bool), totals - old
+        rows = old_layout.rows
+        at = np.fromiter((rows.get(k, -1) for k in layout.keys), dtype=np.intp, count=len(layout.keys))
+        present = at >= 0
+        counts = np.zeros_like(totals)
+        counts[present] = totals[present] - old[at[present]]
+        return present, counts
 
     def _last_figures_array(self, layout: "_KeyLayout") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """`_last_figures` per group of `layout` as rows (zeros where none), whether there is
@@ -1233,6 +1269,7 @@ class ClusterNode:
         window = self._window_counts(now)
         if window is None or not self.config.early_reports:
             return None
+        window = self._smoothed(window)
         span, layout = window.span, window.layout
         tick_s = self.config.tick_seconds
         gap = self.config.early_gap_ticks * tick_s
@@ -1258,9 +1295,19 @@ class ClusterNode:
                 early_at[i] = at
         due = measured & ~(now - early_at < gap)
         idle = ~(now_figures != 0).any(axis=1)
-        # Going idle is a move like any other: a slow group's window may count nothing.
-        changed = np.where(has_last, _moved_rows(last, now_figures, self.config.suppression.tolerance,
-                                                 span / tick_s), ~idle)
+        # A move must show in the trailing tick too. Traffic that comes in bursts (brokers
+        # recording a second's dispatch at once through /v1/usage, batching clients) reads
+        # as a jump or as idle in every short window although its rate per tick holds; each
+        # such "move" sent an early entry and cost a recompute here and at every peer (at
+        # PIP-82's scale, with usage recorded once a second, every group four times a
+        # second: 75 % of the daemon's CPU). A real step shows in the trailing tick within
+        # a fraction of the tolerance's share of a tick (a doubling: ~0.1 s), so it is
+        # still reported within the react window. Going idle is a move like any other: a
+        # slow group's window may count nothing.
+        tol = self.config.suppression.tolerance
+        long_figures = self._long_figures(window, now_figures)
+        changed = np.where(has_last, _moved_rows(last, now_figures, tol, span / tick_s)
+                           & _moved_rows(last, long_figures, tol, window.long_span / tick_s), ~idle)
         # Budget, pooled over groups: early entries per tick at most the number of groups we
         # serve (at least EARLY_BUDGET_MIN); with the tick report and the tick's restatement
         # of early-reported groups, report bytes per second stay within three unsuppressed tick
@@ -1271,8 +1318,10 @@ class ClusterNode:
             name = names[i]
             figs = tuple(now_figures[i].tolist())
             if not usual[i]:  # a last entry of another shape: the scalar test decides
-                if not moved_beyond_counting(self._last_figures[name], figs, self.config.suppression.tolerance,
-                                             span / tick_s):
+                last_figs = self._last_figures[name]
+                if not (moved_beyond_counting(last_figs, figs, tol, span / tick_s)
+                        and moved_beyond_counting(last_figs, tuple(long_figures[i].tolist()), tol,
+                                                  window.long_span / tick_s)):
                     continue
             if len(send) < budget:
                 send.append(name)
@@ -1305,6 +1354,35 @@ class ClusterNode:
         self._early_mentions += len(send)
         self.early_reports_sent += 1
         return report
+
+    @staticmethod
+    def _smoothed(window: _Window) -> _Window:
+        """The window with a bursty bucket's counts replaced by the trailing tick's, scaled
+        to the window's length. A short window over bursty traffic reads a burst or nothing
+        (a broker recording a second's dispatch at once reads 5x its rate, then 0): sent
+        early, either is a demand that never was, and the next window's opposite reading
+        "moved" again, so the group was reported at every gap with the wrong figure."""
+        use = window.bursty & window.long_present
+        if not use.any():
+            return window
+        counts = window.counts.copy()
+        scaled = window.long_counts[use] * (window.span / window.long_span)
+        counts[use] = np.rint(scaled).astype(np.int64)
+        return window._replace(counts=counts, present=window.present | use)
+
+    def _long_figures(self, window: _Window, now_figures: np.ndarray) -> np.ndarray:
+        """Per group (rows as `now_figures`), the figures per tick over the trailing tick;
+        a group with a bucket the trailing tick did not see from its start has only its
+        react window's figures (nothing longer to confirm them with)."""
+        layout = window.layout
+        out = np.zeros_like(now_figures)
+        rows, cols = layout.key_group[window.long_present], layout.key_cols[window.long_present]
+        out[rows[:, None], cols] = window.long_counts[window.long_present]
+        out *= self.config.tick_seconds / window.long_span
+        partial = np.zeros(len(out), dtype=bool)
+        partial[layout.key_group[~window.long_present]] = True
+        out[partial] = now_figures[partial]
+        return out
 
     def recompute_changed(self, now: float) -> None:
         """Recompute what changed since the last call: groups named by reports folded,

@@ -49,3 +49,49 @@ def test_a_peer_that_stopped_naming_a_group_loses_its_entry_after_k_plus_1_repor
         k.fold(report(seq), float(seq))
     k.expire_groups(10.0)
     assert "g" not in k.usage_map.groups
+
+
+def _intervals_by_brute_force(p: float, odds: float) -> int:
+    """The fewest report intervals k with p**k <= odds, by counting up (the oracle for
+    silence_ttl, written apart from it)."""
+    k = 1
+    while p ** k > odds:
+        k += 1
+    return k
+
+
+def test_silence_evicts_later_where_the_topic_loses_reports() -> None:
+    from rgd.map_keeper import FALSE_EVICTION_ODDS
+
+    k = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    assert k.silence_ttl() == 3.0  # nothing lost yet: the TTL
+    seq, t = 0, 0.0
+    for i in range(400):  # every fifth report lost: 20 % loss
+        seq += 2 if i % 4 == 3 else 1
+        t += 1.0
+        k.fold(report(seq, ("g",)), t)
+    p = k.loss_rate()
+    assert 0.15 < p < 0.21  # the prior of gapless reports has faded, not quite gone
+    intervals = _intervals_by_brute_force(p, FALSE_EVICTION_ODDS)
+    assert intervals >= 5
+    assert k.silence_ttl() == intervals * 1.0
+    # Four silent intervals: at this loss a live peer is silent that long too often to evict it.
+    assert k.evict_silent(t + 4.5) == []
+    assert k.evict_silent(t + intervals + 0.5) == ["b"]
+
+
+def test_a_lossless_topic_keeps_the_ttl_and_heavy_loss_stops_at_the_safety_ttl() -> None:
+    k = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    for seq in range(1, 50):
+        k.fold(report(seq, ("g",)), float(seq))
+    assert k.loss_rate() == 0.0 and k.silence_ttl() == 3.0
+    assert k.evict_silent(49.0 + 3.5) == ["b"]
+    k2 = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    for i in range(1, 200):
+        k2.fold(report(i * 10, ("g",)), float(i))  # nine of ten lost
+    assert k2.silence_ttl() == 21.0
+    # A keeper told nothing of the report interval (tests, tools) judges by the TTL alone.
+    k3 = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0)
+    for i in range(1, 50):
+        k3.fold(report(i * 2, ("g",)), float(i))
+    assert k3.loss_rate() > 0.3 and k3.silence_ttl() == 3.0

@@ -375,3 +375,32 @@ def test_a_cut_below_an_unthrottled_daemons_demand_drops_its_saved_tokens() -> N
     series = result.dims["g/publish"]
     worst = max(u / q for t in series[10:] if t is not None for u, q in usage_and_quota(t))
     assert worst <= 1.10, worst
+
+
+def test_traffic_recorded_once_a_second_is_not_a_move_but_a_step_in_it_is() -> None:
+    # Brokers that record a second's dispatch at once (/v1/usage after the fact) make every
+    # short window read a burst or nothing although the rate per tick holds; only a move the
+    # trailing tick confirms is reported early.
+    clock = FakeClock()
+    n = node(clock)
+    clock.t += 1.0
+    echo(n, clock, 0.0)
+
+    def second(count: int) -> list[UsageReport]:
+        n.limiter.record_usage(G, "publish", count, count * 100, "g/ns")
+        out = []
+        for _ in range(10):
+            clock.t += 0.1
+            r = n.early_report(clock.t)
+            if r is not None:
+                out.append(r)
+        return out
+
+    second(100)
+    second(100)
+    n.tick_report(clock.t)  # the tick's figures: 100 a tick
+    steady = [r for _ in range(5) for r in second(100)]
+    assert steady == []  # each short window read 500/s or nothing: not a move
+    stepped = second(200)  # the rate doubles: the trailing tick shows it at once
+    assert len(stepped) >= 1
+    assert stepped[0].groups[0].publish.admitted_messages > 0
