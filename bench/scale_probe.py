@@ -68,6 +68,9 @@ RSS_MB = 150.0
 FIRST_REPORT_KB = 280.0
 TICK_REPORT_KB = 100.0
 ASK_TIMEOUT_S = 10.0
+# What the daemon published and folded, counted over the run: why its own reports weigh what they do.
+COUNTERS = ("rgd_reports_published_total", "rgd_reports_early_total", "rgd_evictions_total",
+            "rgd_reports_lost_total", "rgd_reports_received_total")
 SCRAPE_EVERY_S = 15.0  # a common Prometheus scrape interval; each scrape at 5 000 groups is ~10^5 samples
 _QUIET = logging.getLogger("pulsar")  # the C++ client's INFO lines would bury the figures
 _QUIET.setLevel(logging.WARNING)
@@ -201,6 +204,9 @@ def scrape(url: str) -> tuple[float, dict[str, float]]:
         if line.startswith(("rgd_tick_seconds_", "rgd_react_seconds_", "rgd_quota_calculation_seconds_")) and "{" not in line:
             name, value = line.split()
             out[name] = float(value)
+        elif line.startswith(COUNTERS):  # summed over labels
+            name = line.split("{")[0].split()[0]
+            out[name] = out.get(name, 0.0) + float(line.split()[-1])
     return took, out
 
 
@@ -514,6 +520,8 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "report_groups_first": len(UsageReport.FromString(first).groups) if first else 0,
         "report_groups_per_tick": statistics.fmean(len(UsageReport.FromString(d).groups) for d in later)
         if later else 0,
+        "counted": {name.removeprefix("rgd_").removesuffix("_total"): m1.get(name, 0.0) - m0.get(name, 0.0)
+                    for name in COUNTERS},
     }
 
 
@@ -562,6 +570,7 @@ def print_result(r: dict) -> None:
     a = r["report_all_per_tick_bytes"]
     print(f"all own reports (tick, early, restatements: {r['reports_after_first']}) per tick: {_kb(a['none'])} "
           f"(lz4 {_kb(a['lz4'])}, zstd {_kb(a['zstd'])})")
+    print("counted over the run: " + ", ".join(f"{k} {v:.0f}" for k, v in r.get("counted", {}).items()))
     for name, m, b, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}: {m} (bound {b})")
 

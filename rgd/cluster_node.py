@@ -108,12 +108,12 @@ def moved_beyond_counting(last: tuple[float, ...], now: tuple[float, ...], toler
     return len(last) != len(now)
 
 
-# A bucket whose busiest react interval in the trailing tick held this share of the tick's
-# messages came in bursts (smooth traffic: about one react's share, a tenth).
-BURSTY_SHARE = 0.5
+# A bucket with fewer events (asks, usage records) than this per react window, averaged over
+# the trailing tick, is measured over the trailing tick (see ClusterNode._window_counts).
+BURSTY_EVENTS = 2.0
 FIGURES = 4 * len(KINDS)  # rgd.report_builder.figures: usage and demand of every kind
 _TOTALS = attrgetter("total_admitted_messages", "total_admitted_bytes", "total_throttled_messages",
-                     "total_throttled_bytes")
+                     "total_throttled_bytes", "total_events")
 
 
 class _KeyLayout:
@@ -147,7 +147,8 @@ class _Window(NamedTuple):
     long_span: float
     long_present: np.ndarray
     long_counts: np.ndarray
-    bursty: np.ndarray  # per bucket: its traffic over the trailing tick came in bursts
+    bursty: np.ndarray  # per bucket: too few events in the trailing tick for the short window
+    per_event: np.ndarray  # per bucket: messages per event (ask, usage record) over its life, at least 1
 
 
 class _FigureDict(dict):
@@ -269,19 +270,23 @@ class _WindowPart(MappingABC):
         raise KeyError(name)
 
 
-def _moved_rows(last: np.ndarray, now: np.ndarray, tolerance: float, window_ticks: float) -> np.ndarray:
+def _moved_rows(last: np.ndarray, now: np.ndarray, tolerance: float, window_ticks: float,
+                per_event: np.ndarray | None = None) -> np.ndarray:
     """moved_beyond_counting for many groups at once (rows of FIGURES figures): the same
-    float operations, element by element, so the same answers."""
+    float operations, element by element, so the same answers. `per_event` (rows x kinds):
+    messages per event (ask, usage record) where they come in batches; a window counts whole
+    events, so its noise is EARLY_MIN_EVENTS events' worth of messages, not messages."""
     out = np.zeros(len(last), dtype=bool)
     with np.errstate(divide="ignore", invalid="ignore"):
         for k in range(0, FIGURES, 4):
+            grain = 1.0 if per_event is None else per_event[:, k // 4]
             a, b = last[:, k:k + 4], now[:, k:k + 4]
             msgs = np.maximum(b[:, 0] + b[:, 2], a[:, 0] + a[:, 2])
             size = np.where(msgs > 0, np.maximum(b[:, 1] + b[:, 3], a[:, 1] + a[:, 3]) / msgs, 0.0)
             for i in range(4):
                 x, y = a[:, i], b[:, i]
                 diff = np.abs(x - y)
-                unit = size if i % 2 else 1.0
+                unit = (size if i % 2 else 1.0) * grain
                 out |= (diff > tolerance * np.maximum(np.abs(x), np.abs(y))) & (diff * window_ticks > EARLY_MIN_EVENTS * unit)
     return out
 
@@ -471,7 +476,7 @@ class ClusterNode:
         self.dirty: set[str] = set()
         self.all_dirty = False
         # (when, the buckets then, their cumulative counters: one int64 row of four per bucket)
-        # (when, buckets, cumulative counters, cumulative messages) at each react
+        # (when, buckets, cumulative counters, cumulative events) at each react
         self._snapshots: deque[tuple[float, _KeyLayout, np.ndarray, np.ndarray]] = deque()
         self._early_at: dict[str, float] = {}
         self._early_this_tick: set[str] = set()
@@ -1177,8 +1182,9 @@ class ClusterNode:
             if len(self._born) < len(keys):  # a group forgotten and back under the same keys
                 for key in keys:
                     self._born.setdefault(key, now)
-        totals = np.array(list(map(_TOTALS, states.values())), dtype=np.int64).reshape(len(keys), 4)
-        self._snapshots.append((now, layout, totals, totals[:, 0] + totals[:, 2]))
+        counters = np.array(list(map(_TOTALS, states.values())), dtype=np.int64).reshape(len(keys), 5)
+        totals = counters[:, :4]
+        self._snapshots.append((now, layout, totals, counters[:, 4]))
         window = self.config.react_window
         horizon = max(window, self.config.tick_seconds)
         snaps = self._snapshots
@@ -1192,20 +1198,21 @@ class ClusterNode:
             return None
         present, counts = self._counts_since(snaps[short], layout, totals)
         long_present, long_counts = self._counts_since(snaps[0], layout, totals)
+        long_span = now - snaps[0][0]
         bursty = np.zeros(len(keys), dtype=bool)
-        if len(snaps) > 2 and all(snap[1] is layout for snap in snaps):
-            # Messages (admitted and throttled) per react between snapshots over the trailing
-            # tick: a bucket whose busiest react holds BURSTY_SHARE of the tick's messages or
-            # more came in bursts (for smooth traffic it would hold about 1 / reacts), unless
-            # that react lies in the short window: traffic that has just started (a step up
-            # from idle) is all in the last reacts, and the short window is what sees it.
-            msgs = np.stack([snap[3] for snap in snaps])
-            per_react = np.diff(msgs, axis=0)
-            peak_at = per_react.argmax(axis=0)
-            peak = per_react.max(axis=0)
-            total = msgs[-1] - msgs[0]
-            bursty = (total >= 2 * EARLY_MIN_EVENTS) & (peak >= BURSTY_SHARE * total) & (peak_at < short)
-        return _Window(span, layout, present, counts, now - snaps[0][0], long_present, long_counts, bursty)
+        # Messages per event over the bucket's life: a window without events (a burst that has
+        # not come yet) says nothing of the size of the next one.
+        per_event = np.maximum(1.0, (totals[:, 0] + totals[:, 2]) / np.maximum(snaps[-1][3], 1))
+        if snaps[0][1] is layout:
+            # Counting noise is in events (asks, usage records), not messages: a short window
+            # over a bucket whose trailing tick held fewer than BURSTY_EVENTS events per short
+            # window counts whole events (a second's dispatch recorded at once reads 5x the
+            # rate or nothing), so the trailing tick measures it. A react that runs late
+            # (a busy loop) changes nothing here: it is a count, not a time pattern.
+            events = snaps[-1][3] - snaps[0][3]
+            msgs = long_counts[:, 0] + long_counts[:, 2]
+            bursty = (msgs > 0) & (events * span < BURSTY_EVENTS * long_span)
+        return _Window(span, layout, present, counts, long_span, long_present, long_counts, bursty, per_event)
 
     @staticmethod
     def _counts_since(start: tuple[float, _KeyLayout, np.ndarray, np.ndarray], layout: _KeyLayout,
@@ -1306,8 +1313,10 @@ class ClusterNode:
         # slow group's window may count nothing.
         tol = self.config.suppression.tolerance
         long_figures = self._long_figures(window, now_figures)
-        changed = np.where(has_last, _moved_rows(last, now_figures, tol, span / tick_s)
-                           & _moved_rows(last, long_figures, tol, window.long_span / tick_s), ~idle)
+        grain = np.ones((n, len(KINDS)))
+        grain[layout.key_group, layout.key_cols[:, 0] // 4] = window.per_event
+        changed = np.where(has_last, _moved_rows(last, now_figures, tol, span / tick_s, grain)
+                           & _moved_rows(last, long_figures, tol, window.long_span / tick_s, grain), ~idle)
         # Budget, pooled over groups: early entries per tick at most the number of groups we
         # serve (at least EARLY_BUDGET_MIN); with the tick report and the tick's restatement
         # of early-reported groups, report bytes per second stay within three unsuppressed tick

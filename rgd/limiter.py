@@ -148,6 +148,7 @@ class KindState:
     total_admitted_bytes: int = 0
     total_throttled_messages: int = 0
     total_throttled_bytes: int = 0
+    total_events: int = 0  # asks and usage records: the granularity of the counts (early reports)
     throttled_events: dict[str, int] = field(default_factory=dict)
     namespaces: set[str] = field(default_factory=set)
     topics: set[str] = field(default_factory=set)
@@ -284,6 +285,7 @@ class Limiter:
         short_b = 0.0 if nbytes <= bb.tokens and bb.rate > 0 else bb.shortfall(nbytes)
         tick = st.tick
         st.namespaces.add(namespace)
+        st.total_events += 1
         if topic is not None:
             st.topics.add(topic)
         if short_m == 0.0 and short_b == 0.0:
@@ -363,6 +365,7 @@ class Limiter:
                 tick.admitted_bytes += taken_b
                 st.total_admitted_messages += taken_m
                 st.total_admitted_bytes += taken_b
+                st.total_events += admitted
         rest: list[Decision] = []
         if admitted < len(asks):
             acquire = self.acquire
@@ -382,6 +385,7 @@ class Limiter:
         st.tick.admitted_bytes += nbytes
         st.total_admitted_messages += messages
         st.total_admitted_bytes += nbytes
+        st.total_events += 1
         st.namespaces.add(namespace)
         if topic is not None:
             st.topics.add(topic)

@@ -377,30 +377,43 @@ def test_a_cut_below_an_unthrottled_daemons_demand_drops_its_saved_tokens() -> N
     assert worst <= 1.10, worst
 
 
-def test_traffic_recorded_once_a_second_is_not_a_move_but_a_step_in_it_is() -> None:
+def test_traffic_recorded_once_a_second_is_measured_in_events_not_messages() -> None:
     # Brokers that record a second's dispatch at once (/v1/usage after the fact) make every
-    # short window read a burst or nothing although the rate per tick holds; only a move the
-    # trailing tick confirms is reported early.
+    # short window read a burst or nothing although the rate per tick holds. A window counts
+    # whole events (asks, usage records): one event a second cannot show a move within the
+    # second, so such a group is left to its tick report, while the same rate in single
+    # asks is reported early as before.
     clock = FakeClock()
     n = node(clock)
     clock.t += 1.0
     echo(n, clock, 0.0)
 
-    def second(count: int) -> list[UsageReport]:
-        n.limiter.record_usage(G, "publish", count, count * 100, "g/ns")
+    ticks: list[UsageReport] = []
+
+    def second(count: int, asks: int) -> list[UsageReport]:
+        """A second of usage (`asks` records, or one at its start), early reports between
+        reacts, the tick's report at its end."""
         out = []
+        if asks == 1:
+            n.limiter.record_usage(G, "publish", count, count * 100, "g/ns")
         for _ in range(10):
+            if asks > 1:
+                for _ in range(asks // 10):
+                    n.limiter.record_usage(G, "publish", count // asks, count // asks * 100, "g/ns")
             clock.t += 0.1
             r = n.early_report(clock.t)
             if r is not None:
                 out.append(r)
+        ticks.append(n.tick_report(clock.t).report)
         return out
 
-    second(100)
-    second(100)
-    n.tick_report(clock.t)  # the tick's figures: 100 a tick
-    steady = [r for _ in range(5) for r in second(100)]
+    second(100, 1)
+    second(100, 1)
+    steady = [r for _ in range(5) for r in second(100, 1)]
     assert steady == []  # each short window read 500/s or nothing: not a move
-    stepped = second(200)  # the rate doubles: the trailing tick shows it at once
-    assert len(stepped) >= 1
-    assert stepped[0].groups[0].publish.admitted_messages > 0
+    assert second(200, 1) == []  # one event's difference: the tick's to say
+    assert [gu.publish.admitted_messages for gu in ticks[-1].groups if gu.group == "g"] == [200]
+    second(200, 100)  # the same rate, now in a hundred records a second
+    second(200, 100)
+    stepped = second(400, 100)
+    assert len(stepped) >= 1 and stepped[0].groups[0].publish.admitted_messages > 40
