@@ -1047,6 +1047,7 @@ class ClusterNode:
             # (not a frozen broker's backlog: that measures the outage).
             if self._published_while_hearing(report, now):
                 self.delay.observe(self.node_id, report.publish_time_ms, self.wall_ms(now))
+            self.keeper.own_echo(report.sequence)
             return Receipt(report, REJECT_OWN)
         fresh = [g for g in report.groups if not self.usage_map.groups.get(g.group) and has_demand(g)]
         result, new = self.keeper.fold(report, now)

@@ -95,3 +95,17 @@ def test_a_lossless_topic_keeps_the_ttl_and_heavy_loss_stops_at_the_safety_ttl()
     for i in range(1, 50):
         k3.fold(report(i * 2, ("g",)), float(i))
     assert k3.loss_rate() > 0.3 and k3.silence_ttl() == 3.0
+
+
+def test_our_own_reports_back_from_the_topic_count_toward_the_loss() -> None:
+    k = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    for seq in range(1, 40):
+        if seq % 4:  # every fourth of our reports lost
+            k.own_echo(seq)
+    k.own_echo(10)  # a duplicate: nothing
+    assert 0.15 < k.loss_rate() < 0.25
+    assert k.silence_ttl() >= 5.0
+    k2 = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    for seq in range(1, 40):
+        k2.own_echo(seq)
+    assert k2.loss_rate() == 0.0 and k2.silence_ttl() == 3.0
