@@ -132,6 +132,13 @@ class _KeyLayout:
         first = np.fromiter((4 * kind_at[k] for _, k in keys), dtype=np.intp, count=len(keys))
         self.key_cols = first[:, None] + np.arange(4)  # each bucket's four figures in its group's row
 
+    def per_group(self, present: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """The counts of the buckets `present` (one row of four per bucket) as one row of
+        FIGURES per group, in name order (zeros where a group has no such bucket)."""
+        out = np.zeros((len(self.names), FIGURES), dtype=np.int64)
+        out[self.key_group[present][:, None], self.key_cols[present]] = counts[present]
+        return out
+
 
 class _Window(NamedTuple):
     """The counts over one react window: per bucket of `layout`, whether it was there at the
@@ -475,8 +482,8 @@ class ClusterNode:
         # when each group was last reported early.
         self.dirty: set[str] = set()
         self.all_dirty = False
-        # (when, the buckets then, their cumulative counters: one int64 row of four per bucket)
-        # (when, buckets, cumulative counters, cumulative events) at each react
+        # At each react: (when, the buckets then, their cumulative counters: one int64 row of
+        # four per bucket, and their cumulative events: asks and usage records)
         self._snapshots: deque[tuple[float, _KeyLayout, np.ndarray, np.ndarray]] = deque()
         self._early_at: dict[str, float] = {}
         self._early_this_tick: set[str] = set()
@@ -1168,9 +1175,10 @@ class ClusterNode:
     def _window_counts(self, now: float) -> "_Window | None":
         """Snapshot the limiter's cumulative counters (one int64 row per bucket); the counts
         over the last react window (and its length) and over the trailing tick, or None
-        until a react window's worth of snapshots exists. A bucket created within the window is not measured yet: a
-        fraction of a window would be a noisy demand, and until its first report every
-        member still computes the equal split of a group nobody has reported."""
+        until a react window's worth of snapshots exists. A bucket created within the window
+        is not measured yet: a fraction of a window would be a noisy demand, and until its
+        first report every member still computes the equal split of a group nobody has
+        reported."""
         states = self.limiter.states
         keys = tuple(states)
         prev = self._snapshots[-1][1] if self._snapshots else None
@@ -1184,8 +1192,8 @@ class ClusterNode:
                 for key in keys:
                     self._born.setdefault(key, now)
         counters = np.array(list(map(_TOTALS, states.values())), dtype=np.int64).reshape(len(keys), 5)
-        totals = counters[:, :4]
-        self._snapshots.append((now, layout, totals, counters[:, 4]))
+        totals, events_total = counters[:, :4], counters[:, 4]
+        self._snapshots.append((now, layout, totals, events_total))
         window = self.config.react_window
         horizon = max(window, self.config.tick_seconds)
         snaps = self._snapshots
@@ -1203,14 +1211,14 @@ class ClusterNode:
         bursty = np.zeros(len(keys), dtype=bool)
         # Messages per event over the bucket's life: a window without events (a burst that has
         # not come yet) says nothing of the size of the next one.
-        per_event = np.maximum(1.0, (totals[:, 0] + totals[:, 2]) / np.maximum(snaps[-1][3], 1))
+        per_event = np.maximum(1.0, (totals[:, 0] + totals[:, 2]) / np.maximum(events_total, 1))
         if snaps[0][1] is layout:
             # Counting noise is in events (asks, usage records), not messages: a short window
             # over a bucket whose trailing tick held fewer than BURSTY_EVENTS events per short
             # window counts whole events (a second's dispatch recorded at once reads 5x the
             # rate or nothing), so the trailing tick measures it. A react that runs late
             # (a busy loop) changes nothing here: it is a count, not a time pattern.
-            events = snaps[-1][3] - snaps[0][3]
+            events = events_total - snaps[0][3]
             msgs = long_counts[:, 0] + long_counts[:, 2]
             bursty = (msgs > 0) & (events * span < BURSTY_EVENTS * long_span)
         return _Window(span, layout, present, counts, long_span, long_present, long_counts, bursty, per_event)
@@ -1283,11 +1291,9 @@ class ClusterNode:
         gap = self.config.early_gap_ticks * tick_s
         names = layout.names
         n = len(names)
-        counts = np.zeros((n, FIGURES), dtype=np.int64)
-        rows, cols = layout.key_group[window.present], layout.key_cols[window.present]
-        counts[rows[:, None], cols] = window.counts[window.present]
+        counts = layout.per_group(window.present, window.counts)
         has_key = np.zeros(n, dtype=bool)
-        has_key[rows] = True
+        has_key[layout.key_group[window.present]] = True
         # Only groups with traffic in the window, or whose last reported figures had some (going
         # idle is a move): an idle group that was reported idle cannot have moved.
         active = (counts != 0).any(axis=1)
@@ -1308,7 +1314,7 @@ class ClusterNode:
         # as a jump or as idle in every short window although its rate per tick holds; each
         # such "move" sent an early entry and cost a recompute here and at every peer (at
         # PIP-82's scale, with usage recorded once a second, every group four times a
-        # second: 75 % of the daemon's CPU). A real step shows in the trailing tick within
+        # second: most of the daemon's CPU). A real step shows in the trailing tick within
         # a fraction of the tolerance's share of a tick (a doubling: ~0.1 s), so it is
         # still reported within the react window. Going idle is a move like any other: a
         # slow group's window may count nothing.
@@ -1385,10 +1391,7 @@ class ClusterNode:
         a group with a bucket the trailing tick did not see from its start has only its
         react window's figures (nothing longer to confirm them with)."""
         layout = window.layout
-        out = np.zeros_like(now_figures)
-        rows, cols = layout.key_group[window.long_present], layout.key_cols[window.long_present]
-        out[rows[:, None], cols] = window.long_counts[window.long_present]
-        out *= self.config.tick_seconds / window.long_span
+        out = layout.per_group(window.long_present, window.long_counts) * (self.config.tick_seconds / window.long_span)
         partial = np.zeros(len(out), dtype=bool)
         partial[layout.key_group[~window.long_present]] = True
         out[partial] = now_figures[partial]
