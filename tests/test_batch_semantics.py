@@ -112,8 +112,15 @@ def test_batch_answers_and_state_equal_one_by_one(groups, tenant_groups, ns_over
 
 
 def _model_allowed(rates: tuple[float, float], burst: float, asks: list[tuple[int, int]], debt: tuple[int, int]):
-    """All-or-nothing over both buckets, spelled with TokenBucket's plain methods."""
-    mb, bb = (TokenBucket.new(math.inf if r < 0 else r, 0.0, burst) for r in rates)
+    """All-or-nothing over both buckets, spelled with TokenBucket's plain methods.
+
+    The message bucket holds at least ten messages but never more than a second of its
+    rate (the limiter's documented floor, written out here, not read from
+    rgd.limiter.bucket_seconds); the byte bucket has no mean message yet, so no floor."""
+    msg_rate, byte_rate = (math.inf if r < 0 else r for r in rates)
+    msg_seconds = burst if not 0 < msg_rate < math.inf else max(burst, min(1.0, 10.0 / msg_rate))
+    mb = TokenBucket.new(msg_rate, 0.0, msg_seconds)
+    bb = TokenBucket.new(byte_rate, 0.0, burst)
     mb.charge(debt[0], 0.0)
     bb.charge(debt[1], 0.0)
     out = []
@@ -132,6 +139,10 @@ def _model_allowed(rates: tuple[float, float], burst: float, asks: list[tuple[in
        st.tuples(st.integers(0, 60), st.integers(0, 6000)))
 def test_one_group_batch_matches_token_bucket_model(msg_rate, byte_rate, burst, asks, debt):
     """A denied ask takes nothing, so a later smaller one may still pass."""
+    _check_one_group_batch(msg_rate, byte_rate, burst, asks, debt)
+
+
+def _check_one_group_batch(msg_rate, byte_rate, burst, asks, debt):
     reg = GroupRegistry({"g": ResourceGroup.from_admin("g", {"publishRateInMsgs": msg_rate,
                                                              "publishRateInBytes": byte_rate})}, {}, {"t": "g"})
     clock = FakeClock(1000.0)
@@ -141,6 +152,14 @@ def test_one_group_batch_matches_token_bucket_model(msg_rate, byte_rate, burst, 
     got = [r["allowed"] for r in msgspec.json.decode(_encode({"results": _batch(
         d, [Ask("t/ns", "publish", m, b) for m, b in asks])}))["results"]]
     assert got == _model_allowed((msg_rate, byte_rate), burst, asks, debt)
+
+
+def test_the_model_knows_the_ten_message_floor():
+    """CI found these (stop 27): at 3.5 and 10 msg/s with a 0.5 s burst the bucket holds a
+    second of its rate (3.5 and 10 messages), not 1.75 and 5, so the second ask fits."""
+    _check_one_group_batch(3.5, -1, 0.5, [(0, 0)], (2, 0))
+    _check_one_group_batch(10, -1, 0.5, [(5, 0), (3, 0)], (0, 0))
+    _check_one_group_batch(1, -1, 0.5, [(1, 0), (0, 0)], (0, 0))
 
 
 def test_a_denied_ask_takes_nothing_and_a_smaller_later_one_passes():
