@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -13,6 +12,7 @@ from dataclasses import fields
 from typing import Any, Sequence
 
 from rgd import __version__
+from rgd.gc_pacing import GcPacer
 from rgd.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolve
 
 
@@ -131,10 +131,10 @@ async def _serve(daemon: Any) -> int:
         logging.getLogger("rgd").error("startup failed: %s", exc)
         await daemon.stop()
         return 1
-    # Everything loaded so far (modules, the app, the clients) lives as long as the
-    # process: keep it out of the cyclic GC's full collections, which would otherwise
-    # rescan it all on the request path.
-    gc.freeze()
+    # This process is the daemon's: full collections paced by the heap's growth, and what
+    # is loaded so far (modules, the app, the clients) frozen now (see rgd.gc_pacing).
+    daemon.gc_pacer = GcPacer()
+    daemon.gc_pacer.start()
     await stop.wait()
     await daemon.stop()
     return 0

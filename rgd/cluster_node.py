@@ -194,8 +194,9 @@ class _WindowView:
         self.groups = groups
         self.gone: set[str] = set()  # forgotten since (ClusterNode.forget_group)
         self.built: dict[str, GroupUsage] = {}
-        self.figures = _WindowPart(self, False)
-        self.entries = _WindowPart(self, True)
+        # The two mappings over it (_WindowPart) hold the view, never the other way round:
+        # a view referring to its parts was a reference cycle, so every react's view (and
+        # every entry it built) waited for a full garbage collection to be freed.
 
     def has(self, name: str) -> bool:
         i = self.window.layout.index.get(name)
@@ -1346,7 +1347,7 @@ class ClusterNode:
         # What the tick may restate (see tick_report) reads this window's figures and entries
         # of the measured groups; built when read (a few groups), not for all of them here.
         view = _WindowView(self, window, measured, now_figures, self.groups())
-        self._window_figures, self._window_entries = view.figures, view.entries
+        self._window_figures, self._window_entries = _WindowPart(view, False), _WindowPart(view, True)
         self._limits_before = {}
         entries = {name: view.entry(name) for name in send}
         if not send:

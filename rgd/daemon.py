@@ -28,6 +28,7 @@ from rgd.config_reload import ConfigReloader
 from rgd.connection_guard import ConnectionGuard, connection_limit
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
+from rgd.gc_pacing import GcPacer
 from rgd.cluster_node import REJECT_OWN, ClusterNode, LimitInputs, NodeConfig, Resume, evaluate, start_seconds_for
 from rgd.groups import KINDS, ResourceGroup
 from rgd.http_sites import bound_tcp_port, remove_unix_socket, start_sites
@@ -64,6 +65,9 @@ class Daemon:
     def __init__(self, settings: Settings, config_doc: ConfigDocument | None = None) -> None:
         self.settings = settings
         self.clock = time.monotonic
+        # Set by the process's owner (`rgd run`): paces full garbage collections after each
+        # tick (rgd.gc_pacing). None: the embedding process's collector is left alone.
+        self.gc_pacer: GcPacer | None = None
         self.incarnation = int(time.time() * 1000)
         self.metrics = Metrics()
         self.config = ConfigStore()
@@ -439,6 +443,8 @@ class Daemon:
             except Exception:
                 log.exception("tick failed")
             self.metrics.tick_seconds.observe(time.perf_counter() - started)
+            if self.gc_pacer is not None:  # between requests: the loop runs nothing else now
+                self.gc_pacer.after_tick()
 
     async def _react_loop(self) -> None:
         interval = self.node.config.react_seconds
