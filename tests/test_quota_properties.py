@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from rgd.groups import ResourceGroup
-from rgd.quota.calculator import allocate_group, compute_limits
+from rgd.quota.calculator import JOINT_MAX_BUDGET, allocate_group, compute_limits
 from rgd.quota.inputs import DimensionInput, QuotaParams
 from rgd.quota.max_min_fair import allocate as rgd_allocate
 from rgd.quota.model import KindRates, PeerUsage
@@ -38,13 +38,15 @@ usage_maps = st.dictionaries(ids, peer_usage(), max_size=8)
 member_sets = st.sets(ids, min_size=0, max_size=10)
 
 
-def _check_sums(group: ResourceGroup, shares: dict) -> None:
+def _check_sums(group: ResourceGroup, shares: dict, joint_slack: float = 1.0) -> None:
     for kind in ("publish", "dispatch"):
+        joint = all(r > 0 for r in group.rates(kind))
         for dim, q in enumerate(group.rates(kind)):
             values = [limits[kind][dim] for limits in shares.values()]
             assert all(v >= 0 for v in values)
             if q >= 0:
-                assert sum(values) <= q * (1 + EPS) + EPS, (kind, dim, q, values)
+                bound = q * (joint_slack if joint else 1.0)
+                assert sum(values) <= bound * (1 + EPS) + EPS, (kind, dim, q, values)
             else:
                 assert all(math.isinf(v) for v in values)
 
@@ -115,7 +117,11 @@ def test_shares_in_force_stay_under_the_quota_for_any_delivery_delay(group, ever
     # arrive (in order, none lost), so a peer holds, of each daemon, the newest entry
     # published at least its own delay d <= D ago: anything from the newest entry older than
     # D to the newest one. Each daemon counts its own demand as OwnHistory says, with a fold
-    # window W >= D, and the shares they all compute at that moment sum to at most the quota.
+    # window W >= D, and the shares they all compute at that moment sum to at most the quota:
+    # exactly for a kind with one limited dimension; for a kind split jointly, at most
+    # JOINT_MAX_BUDGET times it (calculator._joint: views that hold different entries of a
+    # daemon see different message sizes and fill the budget differently; the largest excess
+    # hypothesis found in 3 000 examples of coupled groups was 0.13 %).
     delay = data.draw(st.floats(0.0, 3.0), label="D")
     window = delay + data.draw(st.floats(0.0, 0.5), label="W - D")
     histories: dict[str, list[tuple[float, PeerUsage]]] = {}
@@ -138,4 +144,46 @@ def test_shares_in_force_stay_under_the_quota_for_any_delivery_delay(group, ever
             usage[p] = histories[p][-1][1]
         previous = own.as_seen(group.name, NOW, window)
         shares[p] = compute_limits(group, usage, p, everyone, previous=previous)
-    _check_sums(group, shares)
+    _check_sums(group, shares, joint_slack=JOINT_MAX_BUDGET)
+
+
+# -- coupled limits: the joint allocation fills both quotas (judged by an LP, tests/lexmaxmin_lp.py) --
+
+from tests.lexmaxmin_lp import lexicographic_max_min  # noqa: E402
+
+
+def _steady_usage(demands: list[float], sizes: list[float], shares: list[float]) -> dict[str, PeerUsage]:
+    """Every daemon throttled down to its share (or served its demand) with that share as its limit."""
+    out = {}
+    for i, (d, s, x) in enumerate(zip(demands, sizes, shares)):
+        admitted = min(d, x)
+        out[f"d{i}"] = PeerUsage(KindRates(admitted, admitted * s, d - admitted, (d - admitted) * s, x, x * s))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.05, 1.0), st.floats(100.0, 20_000.0)), min_size=2, max_size=8),
+       st.floats(100.0, 5000.0), st.floats(2e5, 2e7))
+def test_joint_allocation_in_steady_state_is_the_lexicographic_max_min_of_dominant_shares(daemons, msgs_quota,
+                                                                                          bytes_quota) -> None:
+    # Messages and bytes both limited, daemons of different message sizes (some bound by
+    # messages, some by bytes). In the steady state of the fair allocation (computed by an LP
+    # that shares nothing with the allocator), the allocator hands out that allocation again,
+    # within 1 % of a quota in dominant shares (its budget search stops within 0.1 %). Each
+    # demand is at least 5 % of a quota in dominant shares: below the floor every member is
+    # guaranteed (2 % of the budget at most), rgd gives the floor, not the demand.
+    sizes = [s for _, s in daemons]
+    demands = [f / max(1.0 / msgs_quota, s / bytes_quota) for (f, s) in daemons]
+    fair = lexicographic_max_min(demands, sizes, msgs_quota, bytes_quota)
+    weights = [max(1.0 / msgs_quota, s / bytes_quota) for s in sizes]
+    # The allocator's budget of dominant shares stops at JOINT_MAX_BUDGET (its bound across
+    # views); the fair allocations that need more are left out here.
+    assume(sum(w * x for w, x in zip(weights, fair)) <= JOINT_MAX_BUDGET - 1e-3)
+    group = ResourceGroup("g", msgs_quota, bytes_quota, -1, -1)
+    usage = _steady_usage(demands, sizes, fair)
+    got = allocate_group(group, usage, set(usage))
+    _check_sums(group, got)
+    for i, (d, s, x) in enumerate(zip(demands, sizes, fair)):
+        weight = max(1.0 / msgs_quota, s / bytes_quota)  # dominant share of one message/s
+        share = min(got[f"d{i}"]["publish"][0], d)  # headroom above demand is not a share of anything
+        assert abs(share - x) * weight <= 0.01, (i, share, x, fair)

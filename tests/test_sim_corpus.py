@@ -114,14 +114,14 @@ def test_rgd_floors_on_the_corpus() -> None:
     assert min(jains) >= 0.94, figures  # target 0.99 in every window: measured 0.946
     assert min(utils) >= 0.93, figures  # target 0.95 in every window: measured min 0.937 ...
     assert util_ok >= 0.99, figures  # ... and 0.991 of windows at >= 0.95
-    assert within3 >= 0.955, figures  # target 0.95 of changes: measured 0.958
-    assert within5 >= 0.975, figures  # target: all of them; measured 0.977
+    assert within3 >= 0.96, figures  # target 0.95 of changes: measured 0.966 (0.958 before the joint budget)
+    assert within5 >= 0.98, figures  # target: all of them; measured 0.981 (0.977 before)
     assert calm == 1.0, figures  # target: every scenario; measured 30 of 30
     assert worst <= 10.0, figures  # the target; measured 9.9 % (case 7)
 
 
 @pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: Jain 0.946 (0.99), "
-                   "windows >= 95 % utilization 0.996 (all), changes within 5 ticks 0.973 (all)")
+                   "windows >= 95 % utilization 0.991 (all), changes within 5 ticks 0.981 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)

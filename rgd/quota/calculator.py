@@ -120,20 +120,21 @@ def dominant_inputs(
     return out
 
 
-def _joint(
-    allocate: Strategy, usage: Mapping[str, PeerUsage], kind: str, ids: Collection[str], msgs_quota: float,
-    bytes_quota: float, params: QuotaParams,
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Messages and bytes of one kind allocated together (dominant resource fairness):
-    the scalar strategy splits the group in dominant shares (quota 1.0), so a daemon whose
-    bytes bind is served in bytes and one whose messages bind in messages. A daemon with
-    share a and message size s gets (x, x * s) with x = a / max(1/M, s/B): both buckets
-    drain together, so the dimension that does not bind saves no burst it could spend after
-    a change, and no message share is held where bytes bind. A daemon without demand (its
-    size unknown) gets (a * M, a * B). Safe by construction: sum(x) <= sum(a) * M <= M and
-    sum(x * s) <= sum(a) * B <= B for any sizes; with one size for all it is exactly
-    max-min fair water-filling on the binding dimension."""
-    shares = allocate(1.0, dominant_inputs(usage, kind, msgs_quota, bytes_quota, params), ids, params)
+# The joint allocation's budget of dominant shares (see `_joint`): at most JOINT_MAX_BUDGET.
+# Why 1.1: any budget C holds every dimension to C times its quota whatever the message
+# sizes, so daemons whose views differ (reports in flight) are held to no more than that
+# between them, while each view alone is held to the quota. 10 % is the overshoot the
+# issue tolerates; most coupled scenarios of the fuzz fill their quota within 1.1.
+JOINT_MAX_BUDGET = 1.1
+JOINT_SEARCH_STEPS = 8  # at most this many budgets tried between 1 and the demand
+JOINT_CLOSE_ENOUGH = 1e-3  # a budget that uses its quota to within 0.1 % ends the search
+
+
+def _translate(shares: Mapping[str, float], usage: Mapping[str, PeerUsage], kind: str, msgs_quota: float,
+               bytes_quota: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Dominant shares to (messages/s, bytes/s): a daemon with share a and message size s
+    gets (x, x * s) with x = a / max(1/M, s/B), so both its buckets drain together; a daemon
+    without demand (its size unknown) gets (a * M, a * B)."""
     msgs: dict[str, float] = {}
     nbytes: dict[str, float] = {}
     for daemon, a in shares.items():
@@ -150,6 +151,102 @@ def _joint(
             msgs[daemon] = a * msgs_quota
             nbytes[daemon] = min(a * bytes_quota, msgs[daemon] * size)
     return msgs, nbytes
+
+
+def _joint(
+    allocate: Strategy, usage: Mapping[str, PeerUsage], kind: str, ids: Collection[str], msgs_quota: float,
+    bytes_quota: float, params: QuotaParams,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Messages and bytes of one kind allocated together (dominant resource fairness):
+    the scalar strategy splits the group in dominant shares, so a daemon whose bytes bind
+    is served in bytes and one whose messages bind in messages (`_translate`): both its
+    buckets drain together, so the dimension that does not bind saves no burst it could
+    spend after a change, and no message share is held where bytes bind.
+
+    The budget: dominant shares summing to 1 fit both quotas for any message sizes
+    (sum(x) <= sum(a) * M and sum(x * s) <= sum(a) * B). But where some daemons are bound
+    by messages and others by bytes, each dimension is then only partly used: three
+    daemons of small messages holding 56 % of the message quota use 51 % of the bytes,
+    and the large-message daemons, held to the remaining 44 % in dominant shares, leave 5 %
+    of the bytes quota unused for good (the simulator's coupled scenarios converged at
+    92 % utilization, never within 10 % of the fair shares). So when the group's demand
+    exceeds the quota, the budget grows past 1 for as long as the translated shares still
+    fit both quotas (`_joint_budget`): progressive filling in dominant shares until a quota
+    is used up, what dominant resource fairness with demand caps gives.
+
+    Safety: in one map every budget tried is checked against both quotas. Across daemons,
+    which see different maps, the budget is what breaks the "safe for any sizes" argument
+    above: a daemon whose messages grew larger uses fewer messages at the same share, so a
+    view holding its newer report finds room the others do not. Two bounds keep that small:
+    our own size differs most often (our newest report, peers' older one), so we take no
+    more than we would get in the view peers hold (compute_limits); and the budget is at
+    most JOINT_MAX_BUDGET, so whatever the sizes in any view, shares in force sum to at most
+    that many times each quota (the scalar argument in dominant shares, budget C for 1).
+    The property tests (tests/test_quota_properties.py) hold one map to the quota, our
+    newer own report against peers' older one to the quota, and any delivery delay to the
+    bound; the largest excess hypothesis found there was 0.13 %, the fuzz none it could
+    tell from counting noise."""
+    inputs = dominant_inputs(usage, kind, msgs_quota, bytes_quota, params)
+    budget = _joint_budget(inputs, usage, kind, ids, msgs_quota, bytes_quota, params)
+    return _translate(allocate(budget, inputs, ids, params), usage, kind, msgs_quota, bytes_quota)
+
+
+def _joint_budget(
+    inputs: Mapping[str, DimensionInput], usage: Mapping[str, PeerUsage], kind: str, ids: Collection[str],
+    msgs_quota: float, bytes_quota: float, params: QuotaParams,
+) -> float:
+    """The largest budget of dominant shares whose translation fits both quotas (see `_joint`),
+    for strategy `rgd` (the one in JOINT_STRATEGIES: its steps are evaluated directly).
+
+    Judged on the shares before the strategy's drain-aware cut (every entry counted as
+    throttled, so no cut applies): a cut daemon's share is held back for the tokens it saved,
+    not spare, and a budget grown into it would differ between daemons that see that daemon
+    cut and those that do not (it itself, seeing its newer report) and sum past the quota.
+    The cut then only lowers shares, so the result still fits."""
+    # Only members with demand are translated one by one; the others all get the same base
+    # share in both dimensions (max_min_fair.active_shares), counted once times their number.
+    uncut = {d: DimensionInput(e.demand, 0.0, e.limit, e.granule) for d, e in inputs.items() if e.demand > 0}
+    n = len(set(ids) | set(inputs))
+
+    def fits(budget: float) -> tuple[bool, float]:
+        base, shares = max_min_fair.active_shares(budget, uncut, n, params)
+        msgs, nbytes = _translate(shares, usage, kind, msgs_quota, bytes_quota)
+        idle = n - len(shares)
+        used = max((sum(msgs.values()) + idle * base * msgs_quota) / msgs_quota,
+                   (sum(nbytes.values()) + idle * base * bytes_quota) / bytes_quota)
+        return used <= 1.0 + 1e-12, used
+
+    hi = min(JOINT_MAX_BUDGET, sum(e.demand for e in inputs.values()))
+    if hi <= 1.0:
+        return 1.0  # demand fits the quota: nothing to gain
+    _, used_lo = fits(1.0)
+    if used_lo >= 1.0 - JOINT_CLOSE_ENOUGH:
+        return 1.0  # one quota is already used up
+    ok, used_hi = fits(hi)
+    if ok:
+        return hi  # the demand itself fits (often)
+    # The largest budget that fits: regula falsi (Illinois) on used(budget) - 1, which is
+    # piecewise linear and increasing, so a few evaluations land on it; only budgets that
+    # were checked to fit are ever returned.
+    lo, g_lo, g_hi, side = 1.0, used_lo - 1.0, used_hi - 1.0, 0
+    for _ in range(JOINT_SEARCH_STEPS):
+        budget = (lo * g_hi - hi * g_lo) / (g_hi - g_lo)
+        if not lo < budget < hi:
+            budget = (lo + hi) / 2.0
+        ok, used = fits(budget)
+        if ok:
+            lo, g_lo = budget, used - 1.0
+            if g_lo >= -JOINT_CLOSE_ENOUGH:
+                break
+            if side < 0:
+                g_hi /= 2.0
+            side = -1
+        else:
+            hi, g_hi = budget, used - 1.0
+            if side > 0:
+                g_lo /= 2.0
+            side = 1
+    return lo
 
 
 def _shares(
@@ -255,7 +352,22 @@ def compute_limits(
         n = len(ids)
         return {k: tuple(INF if r < 0 else max_min_fair.floor_share(float(r), n, params)  # type: ignore[misc]
                          for r in group.rates(k)) for k in KINDS}
-    return _limits_of(_shares(group, view, ids, strategy, params), self_id)
+    limits = _limits_of(_shares(group, view, ids, strategy, params), self_id)
+    if strategy in JOINT_STRATEGIES and isinstance(previous, PeerUsage) and self_id in view:
+        ours = view[self_id]
+        joint = [k for k in KINDS if all(r > 0 for r in group.rates(k)) and ours.kind(k) != previous.kind(k)]
+        if joint:
+            # A jointly split kind's budget depends on every member's message size, and ours
+            # differs between our view (our newest figures where smaller) and our peers' (the
+            # report they hold): a budget we grow with our own smaller messages, peers did not
+            # grow. So we take no more than we would get in their view (`previous` as ours),
+            # kind by kind: then each of us takes at most its share of one map peers agree on.
+            held = dict(usage)
+            held[self_id] = previous
+            theirs = _limits_of(_shares(group, held, ids, strategy, params), self_id)
+            for k in joint:
+                limits[k] = (min(limits[k][0], theirs[k][0]), min(limits[k][1], theirs[k][1]))
+    return limits
 
 
 def _lean_input(k: KindRates, dim: str, granule: float) -> DimensionInput:
