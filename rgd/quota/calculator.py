@@ -19,7 +19,8 @@ its demand as the smaller of its newest report and `previous`, the report every
 peer has already folded: decreases apply at once, increases one tick later, when
 peers have made room. The `rgd` strategy is monotone (a share never grows when
 someone else's demand grows), so if every daemon does this the shares in force at
-any moment sum to at most the quota, even though no two daemons see the same map.
+any moment sum to at most the quota, even though no two daemons see the same map
+(a kind split jointly: at most JOINT_MAX_BUDGET times it, see `_joint`).
 A daemon with no report of its own that peers have folded gets the floor every
 peer reserves for it (QuotaParams.newcomer_fraction), never the full quota.
 """
