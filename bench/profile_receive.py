@@ -1,6 +1,7 @@
 """Where a daemon's event-loop time and memory go at PIP-82's scale, without the network.
 
     .venv/bin/python bench/profile_receive.py [--rounds 6] [--profile out.pstats] [--profile-from 1] [--top 25] [--trace]
+                                              [--gc] [--gc-pacing]
 
 Drives the real receive path (ClusterNode.receive: decode_report, check_plausible, the
 keeper's fold), the tick (tick_report) and the calculator (recompute) of one ClusterNode
@@ -11,6 +12,10 @@ brokers' usage of every group recorded once a round, as the probe feeds it. Prin
 the CPU milliseconds of each phase (process time: other processes on a shared machine
 stretch wall time, not this) and with --trace the traced memory (usage map and all); with --profile, the
 cProfile of the whole run (the top functions by own time are printed as well).
+With --gc, the garbage collector's pauses over the settled rounds, per generation (a full
+collection walks the whole heap on the event loop that answers brokers); with --gc-pacing,
+the node's heap is paced as `rgd run` paces it (rgd.gc_pacing: after each tick), and the
+pacing step's own time is printed too. Compare `--gc` with `--gc --gc-pacing`.
 To compare with an older revision, copy this file into that tree's bench/ and run it there.
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import random
 import sys
@@ -36,6 +42,26 @@ try:
 except ImportError:  # a revision before the report index (copied into an older tree to compare)
     group_key_bytes = None
 from sim.scale import group_name, namespace_name  # noqa: E402
+
+
+class GcPauses:
+    """The collector's automatic pauses, per generation, while `on` (a gc callback)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self.on:
+            self.pauses[info["generation"]].append(time.perf_counter() - self._started)
+
+    def summary(self) -> str:
+        return "; ".join(f"generation {g}: {len(p)} collections, {1000 * sum(p):.0f} ms in all, "
+                         f"longest {1000 * max(p, default=0.0):.1f} ms" for g, p in self.pauses.items())
 
 
 def build(peers_n: int, per_daemon: int) -> tuple[ClusterNode, list[Peer], list[float]]:
@@ -66,8 +92,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="profile from this round on (1: the steady state, without the first full reports)")
     p.add_argument("--reacts", type=int, default=19, help="reacts between ticks (the daemon's: 19, every 50 ms)")
     p.add_argument("--trace", action="store_true", help="trace memory (tracemalloc: slows every phase several times)")
+    p.add_argument("--gc", action="store_true", help="print the garbage collector's pauses over the settled rounds")
+    p.add_argument("--gc-pacing", action="store_true", help="pace the collector after each tick as `rgd run` does")
     ns = p.parse_args(argv)
     node, peers, clock = build(ns.peers, ns.groups)
+    pauses = GcPauses() if ns.gc else None
+    pacer = None
+    pacing_steps: list[float] = []
+    if ns.gc_pacing:
+        from rgd.gc_pacing import GcPacer
+
+        pacer = GcPacer()
+        pacer.start()
     rng = random.Random("profile")
     prof = cProfile.Profile() if ns.profile else None
     if ns.trace:
@@ -86,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         # (built all in advance, the later rounds' reports looked seconds old, the node stayed
         # unsettled, and the calculator took its cheap floor-only path: not what runs live).
         reports = [peer.report(r, 0.36, rng) for peer in peers]
+        if pauses is not None:
+            pauses.on = r >= 2  # the settled rounds, as the phase figures below
         clock[0] += step
         if prof and r >= ns.profile_from:
             prof.enable()
@@ -121,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         t4 = time.process_time()
         if prof:
             prof.disable()
+        if pacer is not None:  # its own collection is its step's time, not an automatic pause
+            if pauses is not None:
+                pauses.on = False
+            started = time.perf_counter()
+            pacer.after_tick()
+            if r >= 2:
+                pacing_steps.append(time.perf_counter() - started)
         if r >= 2:
             steady.append((t1 - t0, react_s, t3 - t2, t4 - t3))
         entries = sum(len(e) for e in node.usage_map.groups.values())
@@ -138,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         print("rounds 2..: least " + ", ".join(f"{p} {m:.1f}" for p, m in zip(phases, mins))
               + " ms; median " + ", ".join(f"{m:.1f}" for m in medians)
               + f" ms; all four per round: median {sorted(total)[len(total) // 2]:.0f} ms CPU")
+    if pauses is not None:
+        pauses.on = False
+        print(f"garbage collector, rounds 2..{ns.rounds - 1}: {pauses.summary()}")
+    if pacing_steps:
+        print(f"gc pacing after each tick (collect what is not frozen, freeze the rest): longest "
+              f"{1000 * max(pacing_steps):.1f} ms, {1000 * sum(pacing_steps) / len(pacing_steps):.1f} ms a tick; "
+              f"{pacer.stats.full_collections} full collections of the frozen heap")
     if prof:
         prof.dump_stats(ns.profile)
         pstats.Stats(ns.profile).sort_stats("tottime").print_stats(ns.top)
