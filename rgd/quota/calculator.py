@@ -185,8 +185,8 @@ def _joint(
     that many times each quota (the scalar argument in dominant shares, budget C for 1).
     The property tests (tests/test_quota_properties.py) hold one map to the quota, our
     newer own report against peers' older one to the quota, and any delivery delay to the
-    bound; the largest excess hypothesis found there was 0.13 %, the fuzz none it could
-    tell from counting noise."""
+    bound; the excesses hypothesis found with budgets up to 2 were 0.08-0.13 %, and the
+    fuzz showed none it could tell from counting noise."""
     inputs = dominant_inputs(usage, kind, msgs_quota, bytes_quota, params)
     budget = _joint_budget(inputs, usage, kind, ids, msgs_quota, bytes_quota, params)
     return _translate(allocate(budget, inputs, ids, params), usage, kind, msgs_quota, bytes_quota)
