@@ -155,11 +155,12 @@ def _translate(shares: Mapping[str, float], usage: Mapping[str, PeerUsage], kind
 
 
 def _joint(
-    allocate: Strategy, usage: Mapping[str, PeerUsage], kind: str, ids: Collection[str], msgs_quota: float,
-    bytes_quota: float, params: QuotaParams,
+    usage: Mapping[str, PeerUsage], kind: str, ids: Collection[str], msgs_quota: float, bytes_quota: float,
+    params: QuotaParams,
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Messages and bytes of one kind allocated together (dominant resource fairness):
-    the scalar strategy splits the group in dominant shares, so a daemon whose bytes bind
+    """Messages and bytes of one kind allocated together (dominant resource fairness), for
+    strategy `rgd` (JOINT_STRATEGIES): its scalar strategy (max_min_fair, whose steps the
+    budget search evaluates too) splits the group in dominant shares, so a daemon whose bytes bind
     is served in bytes and one whose messages bind in messages (`_translate`): both its
     buckets drain together, so the dimension that does not bind saves no burst it could
     spend after a change, and no message share is held where bytes bind.
@@ -189,15 +190,14 @@ def _joint(
     fuzz showed none it could tell from counting noise."""
     inputs = dominant_inputs(usage, kind, msgs_quota, bytes_quota, params)
     budget = _joint_budget(inputs, usage, kind, ids, msgs_quota, bytes_quota, params)
-    return _translate(allocate(budget, inputs, ids, params), usage, kind, msgs_quota, bytes_quota)
+    return _translate(max_min_fair.allocate(budget, inputs, ids, params), usage, kind, msgs_quota, bytes_quota)
 
 
 def _joint_budget(
     inputs: Mapping[str, DimensionInput], usage: Mapping[str, PeerUsage], kind: str, ids: Collection[str],
     msgs_quota: float, bytes_quota: float, params: QuotaParams,
 ) -> float:
-    """The largest budget of dominant shares whose translation fits both quotas (see `_joint`),
-    for strategy `rgd` (the one in JOINT_STRATEGIES: its steps are evaluated directly).
+    """The largest budget of dominant shares whose translation fits both quotas (see `_joint`).
 
     Judged on the shares before the strategy's drain-aware cut (every entry counted as
     throttled, so no cut applies): a cut daemon's share is held back for the tokens it saved,
@@ -263,7 +263,7 @@ def _shares(
     for kind in KINDS:
         msgs_quota, bytes_quota = group.rates(kind)
         if strategy in JOINT_STRATEGIES and msgs_quota > 0 and bytes_quota > 0:
-            out[kind] = _joint(allocate, usage, kind, ids, float(msgs_quota), float(bytes_quota), params)
+            out[kind] = _joint(usage, kind, ids, float(msgs_quota), float(bytes_quota), params)
             continue
         pair = []
         for dim, rate in zip(("messages", "bytes"), group.rates(kind)):
