@@ -90,7 +90,6 @@ def _flag_values(ns: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_run(ns: argparse.Namespace) -> int:
     from rgd.config_file import ConfigError, load_config
-    from rgd.daemon import Daemon
 
     flags = _flag_values(ns)
     config_path = flags.get("config") or os.environ.get(env_name("config"), "")
@@ -102,6 +101,12 @@ def cmd_run(ns: argparse.Namespace) -> int:
     except (ConfigError, SettingsError) as exc:
         print(f"rgd: {exc}", file=sys.stderr)
         return 2
+    if settings.cluster_process:
+        from rgd.serving_process import ServingProcess
+
+        return _run_loop(_serve(ServingProcess(settings, doc, ns.log_level), pace_gc=False), settings.event_loop)
+    from rgd.daemon import Daemon
+
     return _run_loop(_serve(Daemon(settings, doc)), settings.event_loop)
 
 
@@ -120,7 +125,7 @@ def _run_loop(main: Any, event_loop: str) -> int:
     return asyncio.run(main)
 
 
-async def _serve(daemon: Any) -> int:
+async def _serve(daemon: Any, pace_gc: bool = True) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -133,11 +138,19 @@ async def _serve(daemon: Any) -> int:
         return 1
     # This process is the daemon's: full collections paced by the heap's growth, and what
     # is loaded so far (modules, the app, the clients) frozen now (see rgd.gc_pacing).
-    daemon.gc_pacer = GcPacer()
-    daemon.gc_pacer.start()
-    await stop.wait()
+    # (The serving process of --cluster-process has no ticks to pace by, and a heap of buckets.)
+    if pace_gc:
+        daemon.gc_pacer = GcPacer()
+        daemon.gc_pacer.start()
+    waits = [asyncio.ensure_future(stop.wait())]
+    ended = getattr(daemon, "stopped", None)  # a ServingProcess whose cluster process died
+    if ended is not None:
+        waits.append(asyncio.ensure_future(ended.wait()))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
     await daemon.stop()
-    return 0
+    return 1 if getattr(daemon, "failed", None) else 0
 
 
 def cmd_up(ns: argparse.Namespace) -> int:
@@ -179,12 +192,18 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(logging, ns.log_level.upper()),
+def configure_logging(level: str) -> None:
+    """The format and levels of every rgd process (the cluster process of
+    `--cluster-process` too, so its lines read like the serving process's)."""
+    logging.basicConfig(level=getattr(logging, level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pulsar").setLevel(logging.WARNING)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per closed Spark connection
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    configure_logging(ns.log_level)
     return {"run": cmd_run, "up": cmd_up, "report": cmd_report}[ns.command](ns)
 
 

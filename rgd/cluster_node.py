@@ -58,7 +58,7 @@ from rgd.delivery_delay import DeliveryDelay
 from rgd.limiter import Collected, Limiter, TickCounters, largest_bucket_seconds, rate_of
 from rgd.map_keeper import MapKeeper
 from rgd.own_history import OwnHistory
-from rgd.quota.calculator import PEER_VIEW_STRATEGIES, calculate
+from rgd.quota.calculator import NEW_BUCKET_SECONDS, PEER_VIEW_STRATEGIES, calculate, start_seconds_for
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import IDLE, GroupLimits, KindRates, PeerUsage
 from rgd.report_builder import (
@@ -73,7 +73,6 @@ from rgd.usage_map import UsageMap
 
 REJECT_OWN = "own"  # our own report echoed by the topic: ignored, not an error
 EARLY_BUDGET_MIN = 8  # early report entries per tick a daemon with few groups may always send
-NEW_BUCKET_SECONDS = 0.05  # see start_seconds_for
 # A window's demand must differ from the last reported one by more than this many messages
 # counted in the window (see moved_beyond_counting).
 EARLY_MIN_EVENTS = 2.0
@@ -352,15 +351,6 @@ class NodeConfig:
         return 3 * (self.suppression.max_skipped_ticks + 1) + self.ttl_ticks
 
 
-def start_seconds_for(strategy: str) -> float | None:
-    """How much of its limit a new bucket starts with, per strategy. `rgd` splits a group
-    nobody has reported equally, so with full buckets every daemon could spend a second of
-    its share on top of it and the cluster admit up to twice the quota in the group's first
-    second; 0.05 s bounds that to 5 %. The baselines start full, as the systems they
-    reproduce do."""
-    return NEW_BUCKET_SECONDS if strategy in PEER_VIEW_STRATEGIES else None
-
-
 @dataclass(frozen=True)
 class Resume:
     """What a daemon's predecessor (same id, an earlier incarnation) left behind, so a
@@ -443,6 +433,7 @@ class ClusterNode:
         keys: HmacKeys | None = None,
         hearing: bool = True,
         resume: Resume | None = None,
+        limiter_class: type[Limiter] = Limiter,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -472,8 +463,10 @@ class ClusterNode:
             report_interval_seconds=config.tick_seconds,
         )
         self.suppression_state = SuppressionState()
-        self.limiter = Limiter(clock, config.burst_seconds, config.max_debt_seconds,
-                               initial_limits=self._initial_limits, start_seconds=config.start_seconds)
+        # `limiter_class`: rgd.limiter_link.MirrorLimiter where the buckets live in another
+        # process (`rgd run --cluster-process`).
+        self.limiter = limiter_class(clock, config.burst_seconds, config.max_debt_seconds,
+                                     initial_limits=self._initial_limits, start_seconds=config.start_seconds)
         # Our own entries as sent, to count our demand as peers may hold it (see calculator doc).
         self.history = OwnHistory()
         self.delay = DeliveryDelay(config.tick_seconds, 3.0 * config.tick_seconds)

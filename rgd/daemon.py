@@ -31,7 +31,7 @@ from rgd.embedded_broker import EmbeddedBroker, start_or_join
 from rgd.gc_pacing import GcPacer
 from rgd.cluster_node import REJECT_OWN, ClusterNode, LimitInputs, NodeConfig, Resume, evaluate, start_seconds_for
 from rgd.groups import KINDS, ResourceGroup
-from rgd.http_sites import bound_tcp_port, remove_unix_socket, start_sites
+from rgd.http_sites import bound_tcp_port, remove_unix_socket, start_sites, warn_embedded_beyond_loopback
 from rgd.limiter import Limiter
 from rgd.metrics import Metrics
 from rgd.pulsar_metrics import PulsarMetrics
@@ -62,12 +62,16 @@ CALC_DUTY = 0.5  # large recomputes take at most this share of the time (see Dae
 
 
 class Daemon:
-    def __init__(self, settings: Settings, config_doc: ConfigDocument | None = None) -> None:
+    def __init__(self, settings: Settings, config_doc: ConfigDocument | None = None,
+                 limiter_class: type[Limiter] = Limiter) -> None:
         self.settings = settings
         self.clock = time.monotonic
         # Set by the process's owner (`rgd run`): paces full garbage collections after each
         # tick (rgd.gc_pacing). None: the embedding process's collector is left alone.
         self.gc_pacer: GcPacer | None = None
+        # Set by rgd.cluster_process: HTTP reaches us only through the serving process, on a
+        # private socket, which names each request's client in a header (rgd.api.admin).
+        self.behind_serving_process = False
         self.incarnation = int(time.time() * 1000)
         self.metrics = Metrics()
         self.config = ConfigStore()
@@ -89,6 +93,7 @@ class Daemon:
             HmacKeys.load(settings.report_hmac_keys_file) if settings.report_hmac_keys_file else None,
             hearing=False,  # until the session is open: a tick of listening starts then
             resume=self._resume_state(node_config),
+            limiter_class=limiter_class,
         )
         self.limiter: Limiter = self.node.limiter  # the node's, for good: a plain attribute for the hot path
         self.admin_tokens = _load_tokens(settings.admin_tokens_file)
@@ -166,7 +171,7 @@ class Daemon:
     async def _start(self) -> None:
         s = self.settings
         self._open_usage_log()
-        app = build_app(self)
+        app = build_app(self, forwarded=self.behind_serving_process)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      keepalive_timeout=s.http_idle_timeout)
         await self._runner.setup()
@@ -176,10 +181,7 @@ class Daemon:
         self._unix_sockets = await start_sites(self._runner, addresses, self.connection_guard)
         self.bound_port = bound_tcp_port(self._runner)
         if not self.pulsar_url:
-            for host in {a.host for a in addresses if not a.is_unix} - {"127.0.0.1", "localhost", "::1"}:
-                log.warning("listening on %s with the embedded broker: this daemon hears no peer on "
-                            "another machine, so a multi-node cluster would admit N x the quota; "
-                            "set --pulsar-url to the shared Pulsar cluster", host)
+            warn_embedded_beyond_loopback(addresses)
             self.broker = await asyncio.to_thread(start_or_join, s.data_dir)
             self.pulsar_url = self.broker.url
         self._tasks = [

@@ -14,6 +14,7 @@ difference. The socket file lives in a directory shared with broker pods
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 import stat
@@ -24,7 +25,10 @@ from aiohttp import web
 from rgd.connection_guard import ConnectionGuard, GuardedTCPSite, GuardedUnixSite
 from rgd.settings import ListenAddress
 
-__all__ = ["SocketInUse", "bound_tcp_port", "prepare_unix_path", "remove_unix_socket", "start_sites"]
+log = logging.getLogger("rgd.http")
+
+__all__ = ["SocketInUse", "bound_tcp_port", "prepare_unix_path", "remove_unix_socket", "start_sites",
+           "warn_embedded_beyond_loopback"]
 
 SOCKET_MODE = 0o666  # broker pods connect under their own uid
 
@@ -95,3 +99,12 @@ def remove_unix_socket(path: str, inode: int) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def warn_embedded_beyond_loopback(addresses: list[ListenAddress]) -> None:
+    """The embedded broker is this machine's: serving brokers beyond it with one is a
+    cluster whose daemons never hear each other."""
+    for host in {a.host for a in addresses if not a.is_unix} - {"127.0.0.1", "localhost", "::1"}:
+        log.warning("listening on %s with the embedded broker: this daemon hears no peer on "
+                    "another machine, so a multi-node cluster would admit N x the quota; "
+                    "set --pulsar-url to the shared Pulsar cluster", host)

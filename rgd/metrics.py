@@ -9,16 +9,17 @@ ordinary prometheus-client objects.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rgd.connection_guard import connection_limit
 from rgd.groups import KINDS
 
 if TYPE_CHECKING:
+    from rgd.connection_guard import ConnectionGuard
     from rgd.daemon import Daemon
 
 
@@ -27,6 +28,20 @@ MAX_PEER_SERIES = 20_000  # rgd_peer_usage_rate samples per scrape at most
 
 def _finite(x: float) -> float:
     return -1.0 if x == math.inf else x
+
+
+def http_connection_families(conns: "ConnectionGuard | None", configured_limit: int) -> Iterator[Metric]:
+    """The HTTP listeners' connections against the limit (`conns` is None until they listen:
+    nothing open or shed yet)."""
+    open_ = GaugeMetricFamily("rgd_http_connections", "HTTP connections open")
+    open_.add_metric([], conns.open_connections if conns else 0)
+    limit_ = GaugeMetricFamily("rgd_http_connection_limit", "HTTP connections kept open at most")
+    limit_.add_metric([], conns.limit if conns else connection_limit(configured_limit))
+    shed = CounterMetricFamily("rgd_http_connections_shed", "Connections closed or refused at the limit",
+                               labels=["action"])
+    shed.add_metric(["idle_closed"], conns.counts.idle_closed if conns else 0)
+    shed.add_metric(["refused"], conns.counts.refused if conns else 0)
+    yield from (open_, limit_, shed)
 
 
 class LimiterCollector(Collector):
@@ -101,16 +116,8 @@ class LimiterCollector(Collector):
         members.add_metric([], len(d.usage_map.members))
         yield from (admitted_m, admitted_b, throttled_m, throttled_b, events, limit, quota, used, peer, peer_dropped,
                     oldest, members)
-        conns = d.connection_guard  # None until the HTTP server listens: nothing open or shed yet
-        open_ = GaugeMetricFamily("rgd_http_connections", "HTTP connections open")
-        open_.add_metric([], conns.open_connections if conns else 0)
-        limit_ = GaugeMetricFamily("rgd_http_connection_limit", "HTTP connections kept open at most")
-        limit_.add_metric([], conns.limit if conns else connection_limit(d.settings.http_max_connections))
-        shed = CounterMetricFamily("rgd_http_connections_shed", "Connections closed or refused at the limit",
-                                   labels=["action"])
-        shed.add_metric(["idle_closed"], conns.counts.idle_closed if conns else 0)
-        shed.add_metric(["refused"], conns.counts.refused if conns else 0)
-        yield from (open_, limit_, shed)
+        if not d.behind_serving_process:  # else the serving process's listeners are the daemon's
+            yield from http_connection_families(d.connection_guard, d.settings.http_max_connections)
         guard = d.log_guard
         if guard is not None:
             failing = GaugeMetricFamily("rgd_usage_log_failing", "1 while usage log writes fail (the limiter keeps running)")

@@ -98,6 +98,7 @@ class Settings:
     pulsar_metrics: bool = False  # also export Pulsar's pulsar_resource_group_* metrics
     http_idle_timeout: float = 15.0  # close a connection idle this long; headers, and then the body, get as long
     http_max_connections: int = 4096  # lowered to the fd limit minus a reserve at start
+    cluster_process: bool = False  # brokers' asks in this process, the cluster work in a second one
 
     @property
     def listen_addresses(self) -> list[ListenAddress]:
@@ -142,6 +143,9 @@ HELP: dict[str, str] = {
                           "body, must arrive within as long (a late body: 408)"),
     "http_max_connections": "HTTP connections kept open at most (capped at the fd limit minus 128); "
                             "the oldest idle ones close to make room",
+    "cluster_process": "answer brokers (/v1/acquire, /v1/usage, /v1/quota) in this process and do the cluster "
+                       "work (Pulsar, usage map, calculator, reports, usage log; every other route) in a second "
+                       "one, so no ask waits behind it: for thousands of groups among many daemons",
 }
 
 

@@ -46,12 +46,24 @@ RG_IN_USE = "ResourceGroup is in use"
 IGNORED_HEADER = "X-Rgd-Ignored-Fields"
 
 
+# With `--cluster-process` the serving process forwards these routes to the cluster
+# process's private socket and names the client here; the app trusts it only then (FORWARDED).
+CLIENT_ADDRESS_HEADER = "X-Rgd-Client-Address"
+FORWARDED: web.AppKey[bool] = web.AppKey("forwarded", bool)
+
+
+def client_address(request: web.Request) -> str:
+    if request.app.get(FORWARDED):
+        return request.headers.get(CLIENT_ADDRESS_HEADER, "")
+    return request.remote or ""
+
+
 def _authorize_write(request: web.Request) -> None:
     daemon = request.app[DAEMON]
     tokens = daemon.admin_tokens
     if not tokens:
         try:
-            loopback = ipaddress.ip_address(request.remote or "").is_loopback
+            loopback = ipaddress.ip_address(client_address(request)).is_loopback
         except ValueError:
             loopback = False
         if not loopback:
@@ -264,4 +276,5 @@ def add_routes(app: web.Application) -> None:
         r.add_post(topic, post_topic_attachment)
 
 
-__all__ = ["IGNORED_HEADER", "PREFIX", "RG_IN_USE", "RG_MISSING", "add_routes"]
+__all__ = ["CLIENT_ADDRESS_HEADER", "FORWARDED", "IGNORED_HEADER", "PREFIX", "RG_IN_USE", "RG_MISSING", "add_routes",
+           "client_address"]

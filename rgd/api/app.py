@@ -12,17 +12,20 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from rgd.api import admin, broker, ops
+from rgd.api.body import MAX_BODY
 from rgd.api.errors import add_fallback_route
 
 if TYPE_CHECKING:
     from rgd.daemon import Daemon
 
-MAX_BODY = 1024 * 1024  # 1000 asks of ~200 bytes fit with room to spare
 
 
-def build_app(daemon: "Daemon") -> web.Application:
+def build_app(daemon: "Daemon", forwarded: bool = False) -> web.Application:
+    """`forwarded`: requests reach this app only through the serving process of
+    `--cluster-process`, which names each one's client (rgd.api.admin.client_address)."""
     app = web.Application(client_max_size=MAX_BODY)
     app[broker.DAEMON] = daemon
+    app[admin.FORWARDED] = forwarded
     broker.add_routes(app)
     admin.add_routes(app)
     ops.add_routes(app)

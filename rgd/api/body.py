@@ -24,7 +24,9 @@ from aiohttp import web
 
 from rgd.api.errors import ApiError
 
-__all__ = ["BodyTimeout", "read_body", "read_slow_body"]
+__all__ = ["MAX_BODY", "BodyTimeout", "read_body", "read_slow_body"]
+
+MAX_BODY = 1024 * 1024  # the largest request body: 1000 asks of ~200 bytes fit with room to spare
 
 
 class BodyTimeout(ApiError):

@@ -468,9 +468,22 @@ def calculate(
     return compute_limits(group, usage, self_id, members, strategy, params, previous=previous, settled=settled)
 
 
+
+NEW_BUCKET_SECONDS = 0.05  # see start_seconds_for
+
+
+def start_seconds_for(strategy: str) -> float | None:
+    """How much of its limit a new bucket starts with, per strategy. `rgd` splits a group
+    nobody has reported equally, so with full buckets every daemon could spend a second of
+    its share on top of it and the cluster admit up to twice the quota in the group's first
+    second; 0.05 s bounds that to 5 %. The baselines start full, as the systems they
+    reproduce do."""
+    return NEW_BUCKET_SECONDS if strategy in PEER_VIEW_STRATEGIES else None
+
+
 __all__ = [
     "DEFAULT_PARAMS", "DEFAULT_STRATEGY", "JOINT_STRATEGIES", "STRATEGIES", "PEER_VIEW_STRATEGIES", "UNSET",
     "DimensionInput", "QuotaParams", "allocate_group", "as_peers_see_me", "calculate", "compute_limits",
-    "compute_limits_lean",
+    "compute_limits_lean", "NEW_BUCKET_SECONDS", "start_seconds_for",
     "dimension_inputs", "dominant_inputs", "strategy_named",
 ]

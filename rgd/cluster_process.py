@@ -1,0 +1,167 @@
+"""The cluster process of `rgd run --cluster-process`: the whole daemon but the buckets.
+
+    python -m rgd.cluster_process FD LOG_LEVEL EVENT_LOOP   (started by rgd.serving_process, not by hand)
+
+It runs `Daemon` as `rgd run` does (Pulsar, the usage map, the calculator, reports,
+the usage log, config from the file and the config topic, every HTTP route but the
+brokers' behind a private unix socket) with a `MirrorLimiter`: the brokers' asks are
+decided in the serving process, whose counts arrive here every react interval and
+whose buckets get every limit the node sets (rgd/limiter_link.py). Over the link FD
+(rgd/process_link.py) it receives ("start", settings, config document), ("counts",
+[KindCounts]) and ("stop",), and sends ("config", registry) whenever the groups in
+force change, ("ops", [Op]) whenever the node set limits, ("settled", bool) when the
+node becomes settled (the serving process's /readyz waits for it: the shares of new
+buckets it sent before are a settled node's), ("ready",) once started and ("failed",
+why) if it could not start. The link closing (the serving process died)
+stops it as a signal would: the leaving report goes out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+from rgd.daemon import Daemon
+from rgd.gc_pacing import GcPacer
+from rgd.limiter_link import MirrorLimiter, initial_fraction
+from rgd.process_link import LinkClosed, receive, send
+
+log = logging.getLogger("rgd.cluster_process")
+
+CLUSTER_NICENESS = 10
+
+
+class ClusterLink:
+    """This side of the link: counts in, the registry and limit operations out."""
+
+    def __init__(self, daemon: Daemon, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 stop: asyncio.Event) -> None:
+        self.daemon = daemon
+        self.reader = reader
+        self.writer = writer
+        self.stop = stop
+        self.mirror = daemon.limiter
+        assert isinstance(self.mirror, MirrorLimiter)
+        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.mirror.on_op = self._on_op
+        self._generation = -1
+        self._fraction = -1.0
+        self._settled: bool | None = None
+
+    def _on_op(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._wake.set()
+        else:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def flush(self) -> None:
+        """Send what changed: the groups in force first (the operations may name new ones),
+        then what a new bucket starts with, then the node's operations in order."""
+        config = self.daemon.config
+        if config.generation != self._generation:
+            self._generation = config.generation
+            send(self.writer, ("config", config.effective.copy()))
+        ops = []
+        fraction = initial_fraction(self.daemon.node.limits_for)
+        if fraction != self._fraction:
+            self._fraction = fraction
+            ops.append(("initial", fraction))
+        ops.extend(self.mirror.take_ops())
+        if ops:
+            send(self.writer, ("ops", ops))
+        settled = self.daemon.node.settled()
+        if settled != self._settled:  # after the shares it settled with: /readyz waits for both
+            self._settled = settled
+            send(self.writer, ("settled", settled))
+
+    async def send_loop(self) -> None:
+        interval = self.daemon.node.config.react_seconds
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            self.flush()
+            await self.writer.drain()
+
+    async def receive_loop(self) -> None:
+        try:
+            while True:
+                message = await receive(self.reader)
+                if message[0] == "counts":
+                    self.mirror.absorb(message[1], self.daemon.config.effective.groups)
+                elif message[0] == "stop":
+                    break
+                else:
+                    log.error("cluster link: unknown message %r ignored", message[0])
+        except LinkClosed:
+            log.warning("the serving process closed the link: stopping")
+        self.stop.set()
+
+
+async def run(fd: int) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
+    message: Any = await receive(reader)
+    _, settings, doc = message
+    daemon = Daemon(settings, doc, limiter_class=MirrorLimiter)
+    daemon.behind_serving_process = True
+    link = ClusterLink(daemon, reader, writer, stop)
+    link.flush()  # the groups in force before the first ask can find a bucket
+    try:
+        await daemon.start()
+    except Exception as exc:
+        log.error("startup failed: %s", exc)
+        send(writer, ("failed", str(exc)))
+        await writer.drain()
+        await daemon.stop()
+        return 1
+    daemon.gc_pacer = GcPacer()
+    daemon.gc_pacer.start()
+    link.flush()
+    send(writer, ("ready",))
+    tasks = [asyncio.create_task(link.send_loop(), name="link-send"),
+             asyncio.create_task(link.receive_loop(), name="link-receive")]
+    await stop.wait()
+    await daemon.stop()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    try:
+        link.flush()
+        await writer.drain()
+        writer.close()
+    except (ConnectionError, RuntimeError):
+        pass  # the serving process is gone: nothing left to tell it
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    from rgd.cli import _run_loop, configure_logging
+
+    fd, level, event_loop = argv
+    configure_logging(level)
+    # On a busy core the serving process must win: an ask waits for the CPU behind this
+    # process's folds and recomputes otherwise (bench/scale_probe.py on one core: acquire
+    # p99 124 ms at niceness 0, 61 ms at 10, 19 ms at 19). Niceness weighs processes of one
+    # control group against each other (a pod's container, a systemd unit, a login session's
+    # autogroup), so this yields to the serving process and to nothing outside the daemon's
+    # group. Raising one's own niceness needs no privilege.
+    os.nice(CLUSTER_NICENESS)
+    return _run_loop(run(int(fd)), event_loop)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

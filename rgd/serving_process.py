@@ -1,0 +1,337 @@
+"""`rgd run --cluster-process`: brokers are answered here, the cluster work runs in a child.
+
+At PIP-82's scale (5 000 groups a daemon among 100) folding peers' reports, early
+reports and recomputing limits take most of a core, and on one event loop every ask
+waits behind them (bench/scale_probe.py). Here the brokers' routes (/v1/acquire,
+/v1/usage, /v1/quota) are decided by this process's buckets (rgd.limiter_link.
+ServingLimiter) and nothing else runs on its loop but the hand-over: every react
+interval the counts of the buckets asked since go to the cluster process
+(rgd/cluster_process.py), and its limits come back as it sets them. Every other
+route (admin, /metrics, /readyz, /v1/stats, ...) is forwarded to the cluster
+process's private unix socket, so the HTTP API, wire and log formats are those of
+a single-process daemon.
+
+The cluster process is started with this interpreter (`sys.executable`), inherits
+one end of a socketpair and nothing else, and is stopped with the daemon: its
+leaving report goes out first. If it dies, this process stops too (exit status 1),
+as a daemon whose cluster half is gone must not go on deciding with stale limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily
+
+from rgd.api import broker
+from rgd.api.admin import CLIENT_ADDRESS_HEADER
+from rgd.api.body import MAX_BODY, read_body
+from rgd.api.errors import ApiError, as_json_error, json_response
+from rgd.config_file import ConfigDocument
+from rgd.config_store import ConfigStore
+from rgd.connection_guard import ConnectionGuard, connection_limit
+from rgd.gc_pacing import GcPacer
+from rgd.http_sites import bound_tcp_port, remove_unix_socket, start_sites, warn_embedded_beyond_loopback
+from rgd.limiter_link import ServingLimiter
+from rgd.metrics import http_connection_families
+from rgd.process_link import LinkClosed, receive, send
+from rgd.quota.calculator import start_seconds_for
+from rgd.settings import Settings
+
+log = logging.getLogger("rgd.serving")
+
+REACTS_PER_TICK = 20  # counts go to the cluster process this often a tick (its react interval)
+STOP_SECONDS = 30.0  # the cluster process's graceful stop (leaving report, log close) gets this long
+OPS_SLICE = 500  # limit operations applied between two looks at the sockets (~1 ms)
+COUNTS_SLICE = 500  # buckets' counts handed over between two looks at the sockets (~1 ms)
+FORWARD_TIMEOUT_S = 60.0  # a forwarded request (a /metrics scrape at 5 000 groups takes seconds)
+# Hop-by-hop and framing headers: each side of the forward sets its own.
+_NOT_FORWARDED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "host", "upgrade",
+                            "proxy-connection", "te", "trailer", CLIENT_ADDRESS_HEADER.lower()})
+
+
+class _GroupsInForce:
+    """What the broker routes read as `daemon.config`: the cluster process's groups in force
+    (`effective`), replaced whole whenever it sends them."""
+
+    def __init__(self, store: ConfigStore) -> None:
+        self.effective = store.effective
+
+
+class ServingFigures:
+    """This process's own figures, appended to the cluster process's /metrics: what its event
+    loop spends besides answering requests, and its HTTP connections (the daemon's
+    listeners are here; the cluster process leaves those families out)."""
+
+    def __init__(self, http_max_connections: int) -> None:
+        self.http_max_connections = http_max_connections
+        self.connection_guard: ConnectionGuard | None = None  # set once the sites listen
+        self.link_seconds = {"counts": 0.0, "limits": 0.0}
+        self.gc_seconds = 0.0
+        self._gc_started = 0.0
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(self)
+
+    def on_gc(self, phase: str, _info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc_seconds += time.perf_counter() - self._gc_started
+
+    def collect(self) -> Any:
+        link = CounterMetricFamily(
+            "rgd_serving_link_seconds", "Time the process answering brokers (--cluster-process) spent handing "
+            "counts to the cluster process (counts) and applying its limits (limits)", labels=["direction"])
+        for direction, seconds in self.link_seconds.items():
+            link.add_metric([direction], seconds)
+        yield link
+        yield CounterMetricFamily("rgd_serving_gc_seconds", "Time the process answering brokers "
+                                  "(--cluster-process) spent in garbage collection", value=self.gc_seconds)
+        yield from http_connection_families(self.connection_guard, self.http_max_connections)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class ServingProcess:
+    """The serving process: what the broker routes read (`settings`, `config`, `limiter`),
+    the HTTP sites, and the cluster process it supervises."""
+
+    def __init__(self, settings: Settings, config_doc: ConfigDocument | None = None, log_level: str = "info") -> None:
+        self.settings = settings
+        self.config_doc = config_doc
+        self.log_level = log_level
+        store = ConfigStore()
+        if config_doc is not None:
+            store.set_base(config_doc.registry)
+        # The file's groups from the start; the cluster process's (overlay from the config
+        # topic included) replace them as soon as it sends them, before it is ready.
+        self.config = _GroupsInForce(store)
+        self.limiter = ServingLimiter(time.monotonic, settings.burst, settings.max_debt,
+                                      start_seconds=start_seconds_for(settings.strategy))
+        self.figures = ServingFigures(settings.http_max_connections)
+        self.bound_port: int | None = None
+        self.failed: str | None = None  # why the cluster process stopped under us
+        # The cluster process's node is settled and its shares for new buckets are here: until
+        # then /readyz says not ready even when the cluster process would (see _forward).
+        self.cluster_settled = False
+        self.stopped = asyncio.Event()  # set when this process should stop (the cluster process died)
+        self._runner: web.AppRunner | None = None
+        self._unix_sockets: list[tuple[str, int]] = []
+        self._dir: str | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind the HTTP sites first (a taken port fails before anything else starts), then
+        start the cluster process and wait until it is up. A failed start releases all."""
+        try:
+            await self._start()
+        except BaseException:
+            await self._release()
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        app = web.Application(client_max_size=MAX_BODY)
+        app[broker.DAEMON] = self  # type: ignore[assignment]  # the broker routes read settings, config, limiter
+        broker.add_routes(app)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=s.http_idle_timeout)
+        await self._runner.setup()
+        assert self._runner.server is not None
+        guard = self.figures.connection_guard = ConnectionGuard(self._runner.server,
+                                                                connection_limit(s.http_max_connections))
+        addresses = s.listen_addresses
+        self._unix_sockets = await start_sites(self._runner, addresses, guard)
+        self.bound_port = bound_tcp_port(self._runner)
+        if not s.pulsar_url:
+            warn_embedded_beyond_loopback(addresses)
+        self._dir = tempfile.mkdtemp(prefix="rgd-cluster-")  # 0700: the socket is ours alone
+        http_socket = os.path.join(self._dir, "http.sock")
+        ours, theirs = socket.socketpair()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "rgd.cluster_process", str(theirs.fileno()), self.log_level, s.event_loop,
+                pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+        self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
+        send(self._writer, ("start", replace(s, listen=f"unix:{http_socket}", cluster_process=False), self.config_doc))
+        await self._writer.drain()
+        while True:
+            try:
+                message = await receive(self._reader)
+            except LinkClosed:
+                raise RuntimeError("the cluster process exited while starting (its log says why)") from None
+            if message[0] == "ready":
+                break
+            if message[0] == "failed":
+                raise RuntimeError(message[1])
+            self._handle(message)
+        self._client = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=http_socket),
+                                             auto_decompress=False,
+                                             timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S))
+        # This process's heap is the buckets (three objects and two sets each) and the groups;
+        # automatic full collections walked all of it on the loop that answers asks (65 ms at
+        # 5 000 groups), so it is paced as the cluster process's is, once a tick.
+        gc.callbacks.append(self.figures.on_gc)
+        self._pacer = GcPacer()
+        self._pacer.start()
+        self._tasks = [asyncio.create_task(self._hand_over(), name="hand-over"),
+                       asyncio.create_task(self._receive(), name="link-receive"),
+                       asyncio.create_task(self._pace_gc(), name="gc-pacing")]
+        log.info("rgd %s answering brokers on %s (TCP port %s); cluster process %d",
+                 s.id, s.listen, self.bound_port, self._process.pid)
+
+    async def stop(self) -> None:
+        """Graceful: the cluster process stops first (its leaving report goes out), then
+        what this process holds."""
+        self._stopping = True
+        if self._writer is not None and self._process is not None and self._process.returncode is None:
+            try:
+                send(self._writer, ("stop",))
+                await self._writer.drain()
+            except (ConnectionError, RuntimeError):
+                pass  # already gone
+        await self._release()
+
+    async def _pace_gc(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.tick)
+            started = time.perf_counter()
+            self._pacer.after_tick()
+            self.figures.gc_seconds += time.perf_counter() - started
+
+    async def _release(self) -> None:
+        if self.figures.on_gc in gc.callbacks:
+            gc.callbacks.remove(self.figures.on_gc)
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            try:
+                await asyncio.wait_for(process.wait(), STOP_SECONDS)
+            except asyncio.TimeoutError:
+                log.error("the cluster process did not stop within %.0f s: killed", STOP_SECONDS)
+                process.kill()
+                await process.wait()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        for path, inode in self._unix_sockets:
+            remove_unix_socket(path, inode)
+        self._unix_sockets = []
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    # -- the link ----------------------------------------------------------------------------
+
+    def _handle(self, message: Any) -> None:
+        what = message[0]
+        if what == "ops":
+            started = time.perf_counter()
+            self.limiter.apply(message[1], self.config.effective.groups)
+            self.figures.link_seconds["limits"] += time.perf_counter() - started
+        elif what == "config":
+            self.config.effective = message[1]
+        elif what == "settled":
+            self.cluster_settled = message[1]
+        else:
+            log.error("serving link: unknown message %r ignored", what)
+
+    async def _receive(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                message = await receive(self._reader)
+                if message[0] == "ops" and len(message[1]) > OPS_SLICE:
+                    # A recompute of thousands of groups: applied a slice at a time, in
+                    # order, with asks answered in between (the next message waits).
+                    ops = message[1]
+                    for i in range(0, len(ops), OPS_SLICE):
+                        self._handle(("ops", ops[i:i + OPS_SLICE]))
+                        await asyncio.sleep(0)
+                else:
+                    self._handle(message)
+        except LinkClosed:
+            pass
+        if not self._stopping:
+            self.failed = "the cluster process exited"
+            log.error("the cluster process exited: stopping (brokers must not be answered with stale limits)")
+            self.stopped.set()
+
+    async def _hand_over(self) -> None:
+        assert self._writer is not None
+        interval = self.settings.tick / REACTS_PER_TICK
+        while True:
+            await asyncio.sleep(interval)
+            while self.limiter.pending:
+                # A slice at a time: after a slow cluster process kept the link full, thousands of
+                # buckets wait, and handing them over at once held the loop 15-25 ms.
+                started = time.perf_counter()
+                send(self._writer, ("counts", self.limiter.take_counts(COUNTS_SLICE)))
+                self.figures.link_seconds["counts"] += time.perf_counter() - started
+                await self._writer.drain()  # the cluster process reads them as it can: the loop goes on
+
+    # -- every route but the brokers' --------------------------------------------------------
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        client = self._client
+        if client is None:
+            return json_response({"error": "the cluster process is not running"}, 503)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
+        headers[CLIENT_ADDRESS_HEADER] = request.remote or ""
+        try:  # within the idle timeout, as the cluster process would read it (rgd/api/body.py)
+            body = await read_body(request, self.settings.http_idle_timeout)
+        except ApiError as exc:
+            return as_json_error(request, exc)
+        try:
+            async with client.request(request.method, "http://rgd" + request.path_qs, headers=headers,
+                                      data=body if body else None, allow_redirects=False) as resp:
+                payload = await resp.read()
+                out = {k: v for k, v in resp.headers.items() if k.lower() not in _NOT_FORWARDED}
+                if request.path == "/metrics" and resp.status == 200 and "Content-Encoding" not in resp.headers:
+                    payload += self.figures.render()
+                elif request.path == "/readyz" and resp.status == 200 and not self.cluster_settled:
+                    # Ready there, not yet here: the first asks would start buckets at the share
+                    # of an unsettled node (the link is a message behind the node).
+                    doc = json.loads(payload)
+                    doc["ready"] = False
+                    return json_response(doc, 503)
+                return web.Response(status=resp.status, body=payload, headers=out)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            return json_response({"error": f"the cluster process did not answer: {exc or type(exc).__name__}"}, 503)
+
+
+__all__ = ["ServingProcess"]

@@ -1,0 +1,184 @@
+"""`rgd run --cluster-process`: brokers answered in one process, the cluster work in another.
+
+Real `rgd run` processes on the session's broker. What must hold: the HTTP API is the
+single-process daemon's (every route answers, admin writes from loopback pass, counts
+reach /metrics), the cluster converges as before (the single-process tests' figures
+and bounds, with every daemon split), a new group's first second is as used, and the
+two processes live and die together (a dead cluster process stops the daemon; SIGTERM
+stops both, the leaving report first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+
+from rgd.api.admin import CLIENT_ADDRESS_HEADER, FORWARDED, client_address
+from rgd.load_generator import run_streams
+from tests.cluster_harness import Cluster, wait_until
+from tests.test_cluster import DEMANDS, FAIR, QUOTA, converged_at, per_second, start_three, streams
+from tests.test_reaction_live import probe, settle
+from tests.test_reaction_live import start_three as start_three_settled
+
+SPLIT = ["--cluster-process"]
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out.extend(int(c) for c in (task / "children").read_text().split())
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def post(url: str, body: dict, method: str = "POST") -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw else {}
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw else {}
+
+
+@pytest.fixture
+def split_cluster(broker, tmp_path):
+    c = Cluster(broker.url, tmp_path, quota=QUOTA, extra=SPLIT)
+    yield c
+    c.stop_all()
+
+
+def test_every_route_answers_and_the_cluster_process_counts_what_the_brokers_asked(split_cluster):
+    d = split_cluster.start("d1")
+    assert len(children(d.process.pid)) == 1  # the cluster process
+    admitted = 0
+    for _ in range(20):
+        status, doc = post(d.url + "/v1/acquire", {"namespace": "acme/x", "kind": "publish", "messages": 1})
+        assert status in (200, 429), doc
+        admitted += doc["allowed"]
+    assert admitted >= 15  # a lone settled daemon holds the whole 300 msg/s
+    status, quota = d.get_json("/v1/quota?namespace=acme/x")
+    assert status == 200 and quota["publish"]["local"]["messages_per_second"] == QUOTA
+    status, _ = post(d.url + "/v1/usage", {"namespace": "acme/x", "kind": "dispatch", "messages": 7, "bytes": 70})
+    assert status == 200
+    # The counts reach the cluster process within a hand-over (a twentieth of a tick).
+    wait_until(lambda: split_cluster.metric("d1", "rgd_admitted_messages_total", group="gold", kind="publish")
+               == admitted, 5)
+    wait_until(lambda: split_cluster.metric("d1", "rgd_admitted_messages_total", group="gold", kind="dispatch")
+               == 7, 5)
+    # An admin write from loopback passes (the serving process names the client), and the
+    # new quota reaches the buckets that decide asks.
+    status, _ = post(d.url + "/admin/v2/resourcegroups/gold", {"publishRateInMsgs": 50}, method="PUT")
+    assert status == 204
+    wait_until(lambda: d.get_json("/v1/quota?namespace=acme/x")[1]["publish"]["local"]["messages_per_second"]
+               == 50, 5)
+    with urllib.request.urlopen(d.url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert len(types) == len(set(types))  # one family per name: both processes' figures, none twice
+    assert {"rgd_http_connections", "rgd_serving_link_seconds_total", "rgd_serving_gc_seconds_total",
+            "rgd_tick_seconds"} - set(types) == set()
+    assert split_cluster.metric("d1", "rgd_http_connections") >= 1  # the serving process's listeners: this one
+    for path in ("/readyz", "/healthz", "/openapi.json", "/admin/v2/resourcegroups/gold"):
+        assert d.get_json(path)[0] == 200, path
+    assert d.get_json("/no/such/route")[0] == 404  # the cluster process's JSON 404
+
+
+def test_three_split_daemons_converge_to_max_min_fair(split_cluster):
+    start_three(split_cluster)
+    result = asyncio.run(run_streams(streams(split_cluster, DEMANDS), 12))
+    stats = dict(zip(DEMANDS, result))
+    t = converged_at(stats, FAIR, QUOTA, 12)
+    print(f"\nsplit daemons: convergence second {t}; per-second cluster admission {per_second(stats, range(12))}")
+    assert t is not None and t <= 5
+    for d, f in FAIR.items():
+        avg = stats[d].admitted_between(6, 11) / 5
+        assert avg == pytest.approx(f, rel=0.10), (d, avg)
+    assert max(per_second(stats, range(2, 12))) <= 1.10 * QUOTA
+
+
+@pytest.mark.timing
+def test_a_lone_split_daemon_admits_a_new_groups_quota_in_its_first_second(broker, tmp_path):
+    c = Cluster(broker.url, tmp_path, quota=100, extra=SPLIT)
+    try:
+        d = c.start("d1")
+        settle(c)
+        counts = probe.Counts()
+        asyncio.run(probe.run_load([(d.url, ("d1", "gold"), "acme/x", lambda _t: 200.0)], 1.5, counts))
+        first = probe.first_second(counts, [("d1", "gold")])
+        print(f"\nlone split daemon, new 100 msg/s group offered 200 msg/s: {first} msgs in the first second")
+        assert 90 <= first <= 106  # as the single-process daemon (tests/test_reaction_live.py)
+    finally:
+        c.stop_all()
+
+
+@pytest.mark.timing
+def test_a_new_group_with_even_demand_on_three_split_daemons_is_mostly_used_in_its_first_second(broker, tmp_path):
+    c = Cluster(broker.url, tmp_path, quota=300, extra=SPLIT)
+    try:
+        start_three_settled(c)
+        counts = probe.Counts()
+        load = [(d.url, (n, "gold"), f"acme/{n}", lambda _t: 120.0) for n, d in c.daemons.items()]
+        asyncio.run(probe.run_load(load, 1.5, counts))
+        used = probe.first_second(counts, [(n, "gold") for n in c.daemons]) / 300
+        print(f"\n3 split daemons, new 300 msg/s group, 120 msg/s on each: {100 * used:.1f} % used in the first second")
+        assert 0.90 <= used <= 1.06
+    finally:
+        c.stop_all()
+
+
+def test_the_daemon_stops_when_its_cluster_process_dies(split_cluster):
+    d = split_cluster.start("d1")
+    (child,) = children(d.process.pid)
+    os.kill(child, signal.SIGKILL)
+    assert d.process.wait(15) == 1  # brokers must not be answered with limits nobody updates
+
+
+def test_sigterm_stops_both_processes_and_peers_hear_the_leaving_report(broker, tmp_path):
+    c = Cluster(broker.url, tmp_path, quota=QUOTA, ttl_ticks=10)  # eviction by TTL would take 10 s
+    try:
+        peer = c.start("plain")
+        c.extra = SPLIT
+        split = c.start("split")
+        wait_until(lambda: "split" in peer.get_json("/readyz")[1]["members"], 10)
+        (child,) = children(split.process.pid)
+        t0 = time.monotonic()
+        assert split.stop(20) == 0
+        assert not alive(child)
+        wait_until(lambda: "split" not in peer.get_json("/readyz")[1]["members"], 5)
+        print(f"\nsplit daemon stopped and left the peer's members in {time.monotonic() - t0:.1f} s")
+    finally:
+        c.stop_all()
+
+
+def test_the_client_address_header_counts_only_behind_the_serving_process() -> None:
+    headers = {CLIENT_ADDRESS_HEADER: "127.0.0.1"}
+    plain = web.Application()
+    spoofed = make_mocked_request("PUT", "/admin/v2/resourcegroups/x", headers=headers, app=plain)
+    assert client_address(spoofed) != "127.0.0.1"  # a plain daemon reads the socket's peer, never the header
+    behind = web.Application()
+    behind[FORWARDED] = True
+    forwarded = make_mocked_request("PUT", "/admin/v2/resourcegroups/x", headers={CLIENT_ADDRESS_HEADER: "10.0.0.9"},
+                                    app=behind)
+    assert client_address(forwarded) == "10.0.0.9"
