@@ -1,0 +1,31 @@
+"""bench/scale_probe.py runs end to end on a small size, both daemon layouts (the figures
+are the benchmark's to judge at PIP-82's size; this keeps the script from rotting)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench" / "scale_probe.py"
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-process", "cluster-process"])
+def test_scale_probe_measures_a_small_cluster(tmp_path: Path, split: bool) -> None:
+    out = tmp_path / "probe.json"
+    cmd = [sys.executable, str(BENCH), "--seconds", "5", "--peers", "3", "--groups", "60", "--ask-rate", "20",
+           "--out", str(out), *(["--daemon-arg=--cluster-process"] if split else [])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]  # 1: a bound not met
+    (r,) = json.loads(out.read_text())
+    assert r["asks"] == 100 and r["timeouts"] == 0 and r["errors"] == 0
+    assert r["ticks"] >= 4 and r["usage_posts"] > 0
+    assert r["split"] is split
+    assert r["rss_max_mb"] > r["rss_own_max_mb"] if split else r["rss_max_mb"] > 0
+    if split:
+        assert r["serving_gc_ms_per_tick"] is not None and r["serving_link_ms_per_tick"]["counts"] > 0
+        assert "process answering brokers, per tick" in proc.stdout
