@@ -19,6 +19,7 @@ stops it as a signal would: the leaving report goes out.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import signal
@@ -35,6 +36,10 @@ from rgd.process_link import LinkClosed, receive, send
 log = logging.getLogger("rgd.cluster_process")
 
 CLUSTER_NICENESS = 10
+# The graceful stop (leaving report, Pulsar close, usage log close) gets this long, within the
+# serving process's wait for us (rgd.serving_process.STOP_SECONDS) and Kubernetes' 30 s grace.
+STOP_SECONDS = 20.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class ClusterLink:
@@ -105,10 +110,21 @@ class ClusterLink:
                     log.error("cluster link: unknown message %r ignored", message[0])
         except LinkClosed:
             log.warning("the serving process closed the link: stopping")
+        except Exception:  # a message we cannot take: the link is no use any more
+            log.exception("cluster link: receiving failed: stopping")
         self.stop.set()
 
 
 async def run(fd: int) -> int:
+    """The cluster process's life; ends the process itself once it has stopped: past the
+    bounded stop nothing is left to do, and asyncio's teardown would wait for worker
+    threads (a Pulsar call that never returns among them)."""
+    code = await _run(fd)
+    logging.shutdown()
+    os._exit(code)
+
+
+async def _run(fd: int) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -135,7 +151,10 @@ async def run(fd: int) -> int:
     tasks = [asyncio.create_task(link.send_loop(), name="link-send"),
              asyncio.create_task(link.receive_loop(), name="link-receive")]
     await stop.wait()
-    await daemon.stop()
+    try:
+        await asyncio.wait_for(daemon.stop(), STOP_SECONDS)
+    except asyncio.TimeoutError:
+        log.error("the graceful stop took over %.0f s: exiting without it", STOP_SECONDS)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -146,6 +165,21 @@ async def run(fd: int) -> int:
     except (ConnectionError, RuntimeError):
         pass  # the serving process is gone: nothing left to tell it
     return 0
+
+
+def _die_with_parent() -> None:
+    """SIGTERM (the graceful stop) when the serving process dies, however it dies: a
+    SIGKILLed parent closes the link too, but a stop that waits on the link alone left
+    this process running on its own (seen after a test teardown killed the serving
+    process). Linux's PR_SET_PDEATHSIG; elsewhere the closed link still stops us."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the call took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def main(argv: list[str]) -> int:
@@ -160,6 +194,7 @@ def main(argv: list[str]) -> int:
     # autogroup), so this yields to the serving process and to nothing outside the daemon's
     # group. Raising one's own niceness needs no privilege.
     os.nice(CLUSTER_NICENESS)
+    _die_with_parent()
     return _run_loop(run(int(fd)), event_loop)
 
 

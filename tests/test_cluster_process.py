@@ -155,6 +155,13 @@ def test_the_daemon_stops_when_its_cluster_process_dies(split_cluster):
     assert d.process.wait(15) == 1  # brokers must not be answered with limits nobody updates
 
 
+def test_the_cluster_process_stops_when_the_serving_process_is_killed(split_cluster):
+    d = split_cluster.start("d1")
+    (child,) = children(d.process.pid)
+    d.kill()  # SIGKILL: no stop message, no graceful anything on the serving side
+    wait_until(lambda: not alive(child), 25)  # its own bounded graceful stop, then gone
+
+
 def test_sigterm_stops_both_processes_and_peers_hear_the_leaving_report(broker, tmp_path):
     c = Cluster(broker.url, tmp_path, quota=QUOTA, ttl_ticks=10)  # eviction by TTL would take 10 s
     try:
