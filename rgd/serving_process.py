@@ -58,6 +58,7 @@ REACTS_PER_TICK = 20  # counts go to the cluster process this often a tick (its 
 STOP_SECONDS = 30.0  # the cluster process's graceful stop (leaving report, log close) gets this long
 OPS_SLICE = 500  # limit operations applied between two looks at the sockets (~1 ms)
 COUNTS_SLICE = 500  # buckets' counts handed over between two looks at the sockets (~1 ms)
+METRICS_CHUNK = 256 * 1024  # a forwarded scrape is passed on in pieces of at most this
 FORWARD_TIMEOUT_S = 60.0  # a forwarded request (a /metrics scrape at 5 000 groups takes seconds)
 # Hop-by-hop and framing headers: each side of the forward sets its own.
 _NOT_FORWARDED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "host", "upgrade",
@@ -319,11 +320,26 @@ class ServingProcess:
         try:
             async with client.request(request.method, "http://rgd" + request.path_qs, headers=headers,
                                       data=body if body else None, allow_redirects=False) as resp:
-                payload = await resp.read()
                 out = {k: v for k, v in resp.headers.items() if k.lower() not in _NOT_FORWARDED}
                 if request.path == "/metrics" and resp.status == 200 and "Content-Encoding" not in resp.headers:
-                    payload += self.figures.render()
-                elif request.path == "/readyz" and resp.status == 200 and not self.cluster_settled:
+                    # Passed on as it comes (a scrape at 5 000 groups is ~8 MB), ours appended.
+                    streamed = web.StreamResponse(headers=out)
+                    await streamed.prepare(request)
+                    try:
+                        async for chunk in resp.content.iter_chunked(METRICS_CHUNK):
+                            await streamed.write(chunk)
+                    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                        # Cut, not completed: a scrape that ends without our tail or an error
+                        # line would read as complete with series missing.
+                        log.warning("/metrics: the cluster process's answer broke off: %s", exc)
+                        if request.transport is not None:
+                            request.transport.close()
+                        return streamed
+                    await streamed.write(self.figures.render())
+                    await streamed.write_eof()
+                    return streamed
+                payload = await resp.read()
+                if request.path == "/readyz" and resp.status == 200 and not self.cluster_settled:
                     # Ready there, not yet here: the first asks would start buckets at the share
                     # of an unsettled node (the link is a message behind the node).
                     doc = json.loads(payload)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from importlib import resources
+from typing import Iterator
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -17,15 +18,28 @@ def openapi_bytes() -> bytes:
 
 
 @json_errors
-async def metrics(request: web.Request) -> web.Response:
+async def metrics(request: web.Request) -> web.StreamResponse:
     # Rendered in a worker thread: with thousands of groups (and every peer's entry of each in
     # rgd_peer_usage_rate) a scrape is ~10^5 samples, a second of Python that would otherwise
     # hold up every ask. The collectors read the daemon's dicts through list() copies, each
-    # taken whole under the GIL, so the loop may go on changing them meanwhile.
+    # taken whole under the GIL, so the loop may go on changing them meanwhile. Streamed a
+    # family at a time, so a scrape never holds all of its samples and text at once.
     daemon = request.app[DAEMON]
     daemon.refresh_liveness()  # on the loop, before the render thread reads the gauges
-    body = await asyncio.to_thread(daemon.metrics.render)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return await stream_chunks(request, daemon.metrics.chunks())
+
+
+async def stream_chunks(request: web.Request, chunks: Iterator[bytes]) -> web.StreamResponse:
+    """Answer with the exposition `chunks`, each made in a worker thread."""
+    first = await asyncio.to_thread(next, chunks, None)
+    resp = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE_LATEST})
+    await resp.prepare(request)  # after the first chunk: a collector that fails at once is still a 500
+    chunk = first
+    while chunk is not None:
+        await resp.write(chunk)
+        chunk = await asyncio.to_thread(next, chunks, None)
+    await resp.write_eof()
+    return resp
 
 
 @json_errors
