@@ -108,6 +108,10 @@ def test_rgd_share_never_grows_when_another_demand_grows(q, entries, members, ot
 from rgd.own_history import OwnHistory  # noqa: E402
 
 NOW = 10.0
+# What the shares in force of a jointly split kind may sum to across views: the overshoot the
+# quota-quality issue tolerates (10 %), a literal and not the allocator's own cap
+# (JOINT_MAX_BUDGET), so a larger cap is held to the same bound.
+JOINT_OVERSHOOT = 1.10
 
 
 @settings(max_examples=300, deadline=None)
@@ -119,9 +123,11 @@ def test_shares_in_force_stay_under_the_quota_for_any_delivery_delay(group, ever
     # D to the newest one. Each daemon counts its own demand as OwnHistory says, with a fold
     # window W >= D, and the shares they all compute at that moment sum to at most the quota:
     # exactly for a kind with one limited dimension; for a kind split jointly, at most
-    # JOINT_MAX_BUDGET times it (calculator._joint: views that hold different entries of a
+    # JOINT_OVERSHOOT times it (calculator._joint: views that hold different entries of a
     # daemon see different message sizes and fill the budget differently; with budgets up to
-    # 2, hypothesis found excesses of 0.08-0.13 % in 3 000 examples of coupled groups).
+    # 2, hypothesis found excesses of 0.08-0.13 % in 3 000 examples of coupled groups, and
+    # in ~2 000 coupled examples each: at most 1.7 % with the budget capped at 1.1, 6.9 %
+    # with 2.0).
     delay = data.draw(st.floats(0.0, 3.0), label="D")
     window = delay + data.draw(st.floats(0.0, 0.5), label="W - D")
     histories: dict[str, list[tuple[float, PeerUsage]]] = {}
@@ -144,7 +150,7 @@ def test_shares_in_force_stay_under_the_quota_for_any_delivery_delay(group, ever
             usage[p] = histories[p][-1][1]
         previous = own.as_seen(group.name, NOW, window)
         shares[p] = compute_limits(group, usage, p, everyone, previous=previous)
-    _check_sums(group, shares, joint_slack=JOINT_MAX_BUDGET)
+    _check_sums(group, shares, joint_slack=JOINT_OVERSHOOT)
 
 
 # -- coupled limits: the joint allocation fills both quotas (judged by an LP, tests/lexmaxmin_lp.py) --
