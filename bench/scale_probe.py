@@ -23,9 +23,11 @@ issue's bounds:
 - the daemon's work per tick on its event loop: rgd_tick_seconds (mean) plus, where the
   daemon exports it, rgd_react_seconds (folding peers' reports between ticks, early
   reports, recomputing what changed) summed per tick; with `--daemon-arg=--cluster-process`
-  those are the cluster process's, and the loop that answers brokers is the serving
-  process's, whose whole CPU per tick (from /proc) is checked against the bound instead;
-- the daemon's RSS (max over the run, sampled each second from /proc), its processes summed;
+  those are the cluster process's, and what is checked against the bound is the serving
+  loop's own work besides answering (counts handed over, limits applied, garbage
+  collection); the CPU per tick of each process (from /proc) is printed too;
+- the daemon's RSS (max over the run, sampled each second from /proc), its processes summed,
+  and beside it their PSS summed (shared library pages counted once);
 - the daemon's own report bytes: the first report, and the mean per tick after it,
   as published (compression off) and as LZ4 / ZSTD would carry them (measured on the
   captured payloads with the same codecs the Pulsar client uses, when installed);
@@ -136,6 +138,7 @@ class Figures:
     errors: int = 0
     rss_mb: list[float] = field(default_factory=list)
     rss_own_mb: list[float] = field(default_factory=list)  # the daemon's own process alone
+    pss_mb: list[float] = field(default_factory=list)  # proportional set sizes, summed
     metrics_s: list[float] = field(default_factory=list)
     published_bytes: int = 0
     rounds: int = 0
@@ -196,14 +199,26 @@ def rss_mb(pid: int, tree: bool = True) -> float:
     """The daemon's resident memory: its process and every process it started (with
     `--cluster-process` the cluster process holds the usage map), summed; or with
     `tree=False` its own process's alone."""
+    return _summed(pid, tree, "status", "VmRSS:")
+
+
+def pss_mb(pid: int) -> float:
+    """The daemon's processes' proportional set sizes, summed: shared library pages counted
+    once, not once a process as summed RSS counts them (a pod's memory use counts them once
+    too). Beside RSS: the issue's bound is RSS."""
+    return _summed(pid, True, "smaps_rollup", "Pss:")
+
+
+def _summed(pid: int, tree: bool, proc_file: str, key: str) -> float:
     total = 0.0
     for p in _process_tree(pid) if tree else [pid]:
         try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+            for line in Path(f"/proc/{p}/{proc_file}").read_text().splitlines():
+                if line.startswith(key):
                     total += int(line.split()[1]) / 1024.0
+                    break
         except OSError:
-            continue  # exited meanwhile
+            continue  # exited meanwhile (or no smaps_rollup: Linux before 4.14)
     return total
 
 
@@ -488,6 +503,7 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
             while not sampler_stop.wait(1.0):
                 figures.rss_mb.append(rss_mb(pid))
                 figures.rss_own_mb.append(rss_mb(pid, tree=False))
+                figures.pss_mb.append(pss_mb(pid))
 
         def scrape_loop() -> None:
             while not sampler_stop.wait(SCRAPE_EVERY_S):
@@ -579,7 +595,7 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "serving_cpu_ms_per_tick": 1000 * (cpu1[0] - cpu0[0]) / load_ticks,
         "cluster_cpu_ms_per_tick": 1000 * (cpu1[1] - cpu0[1]) / load_ticks if children else None,
         "rss_start_mb": rss_start, "rss_max_mb": max(figures.rss_mb, default=0.0),
-        "rss_own_max_mb": max(figures.rss_own_mb, default=0.0),
+        "rss_own_max_mb": max(figures.rss_own_mb, default=0.0), "pss_max_mb": max(figures.pss_mb, default=0.0),
         "metrics_max_s": max(figures.metrics_s, default=float("nan")),
         "peer_rounds": figures.rounds, "peer_round_lag_max_s": max(figures.round_lag_s, default=0.0),
         "peer_mb_published": figures.published_bytes / 1e6, "usage_posts": figures.usage_posts,
@@ -623,7 +639,8 @@ def print_result(r: dict) -> None:
         ("acquire max", f"{r['acquire_max_ms']:.1f} ms", f"<= {MAX_MS:.0f} ms", r["acquire_max_ms"] <= MAX_MS),
         (work_name, _ms(work), f"<= {TICK_WORK_MS:.0f} ms", work is not None and work <= TICK_WORK_MS),
         ("RSS max", f"{r['rss_max_mb']:.0f} MB (start {r['rss_start_mb']:.0f} MB"
-         + (f"; the process answering brokers at most {r['rss_own_max_mb']:.0f} MB)" if r.get("split") else ")"),
+         + (f"; the process answering brokers at most {r['rss_own_max_mb']:.0f} MB" if r.get("split") else "")
+         + f"; PSS summed at most {r.get('pss_max_mb', 0.0):.0f} MB)",
          f"<= {RSS_MB:.0f} MB",
          r["rss_max_mb"] <= RSS_MB),
         (f"first report as published ({codec})", _kb(first), f"<= {FIRST_REPORT_KB:.0f} KB",

@@ -26,6 +26,7 @@ def test_scale_probe_measures_a_small_cluster(tmp_path: Path, split: bool) -> No
     assert r["ticks"] >= 4 and r["usage_posts"] > 0
     assert r["split"] is split
     assert r["rss_max_mb"] > r["rss_own_max_mb"] if split else r["rss_max_mb"] > 0
+    assert 0 < r["pss_max_mb"] <= r["rss_max_mb"]  # shared pages counted once, not once a process
     if split:
         assert r["serving_gc_ms_per_tick"] is not None and r["serving_link_ms_per_tick"]["counts"] > 0
         assert "process answering brokers, per tick" in proc.stdout
