@@ -67,6 +67,9 @@ class DimensionTick:
     # (-1 otherwise), and bytes per message of every daemon with traffic.
     bytes_quota: float = -1.0
     message_bytes: dict[str, float] = field(default_factory=dict)
+    # What one message of each daemon with traffic counts in this dimension's unit (1 where
+    # messages are measured, its size where bytes are): a tick admits whole messages.
+    per_message: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -317,6 +320,7 @@ class Simulation:
                     if tick is not None:
                         tick.offered[node_id] = rate * unit
                         tick.message_bytes[node_id] = float(mb)
+                        tick.per_message[node_id] = unit
                         tick.admitted.setdefault(node_id, 0.0)
                     if rate <= 0:
                         continue

@@ -7,7 +7,9 @@ lexicographic max-min of dominant shares (Dominant Resource Fairness with demand
 A daemon whose bytes bind is judged in bytes: its tolerance and slack are fractions of
 the bytes quota. Definitions (all documented in the table's legend, sim/table.py):
 - converged tick: every live daemon admitted within 10 % of its ideal share (plus
-  a slack of 0.5 % of the quota of its dominant dimension, for acquire granularity),
+  a slack of 0.5 % of the quota of its dominant dimension, for acquire granularity, and
+  one of its messages: a tick admits whole messages, so at a few messages a second no
+  limiter comes closer to a fractional ideal),
   and the cluster's usage of every limited dimension within 10 % of the ideal's
   (plus 0.5 % of that quota): min(quota, total demand) in one dimension;
 - a window runs from a change's observable tick (demand/join/leave: the next tick,
@@ -23,7 +25,8 @@ the bytes quota. Definitions (all documented in the table's legend, sim/table.py
   as "never", the fuzzer's per-change statistics leave it out (it says nothing either way);
 - utilization of the binding dimension: the usage of the constraint the ideal fills
   (messages or bytes, the fuller one if both) over its quota, or admitted / demand when
-  the ideal meets every demand; and Jain's index of admitted/ideal; both averaged over
+  the ideal meets every demand; and Jain's index of admitted/ideal (a deviation of one
+  message counted as none, as in a converged tick); both averaged over
   the converged part of each window (the last half when it never converges), then the
   worst window;
 - overshoot: the worst tick's cluster usage above the quota, in %, over every limited
@@ -34,10 +37,11 @@ the bytes quota. Definitions (all documented in the table's legend, sim/table.py
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from sim.engine import Change, DimensionTick, RunResult
+from sim.engine import TICK_SECONDS, Change, DimensionTick, RunResult
 from sim.oracle import UNLIMITED, Allocation, Constraint, constraints_of, dominant_weights, progressive_fill
 
 TOLERANCE = 0.10
@@ -119,6 +123,9 @@ def converged(t: DimensionTick, j: Judged | None = None) -> bool:
     weights = dominant_weights(j.constraints, len(j.ids))
     for daemon, share, w in zip(j.ids, j.allocation.shares, weights):
         slack = SLACK / w if w > 0 else 0.0  # SLACK of the quota of its dominant dimension
+        # A tick admits whole messages: a daemon whose ideal is 3.8 messages a second admits 3
+        # or 4 in a tick however well it is limited, so one message is never a miss.
+        slack += t.per_message.get(daemon, 0.0) / TICK_SECONDS
         if abs(t.admitted.get(daemon, 0.0) - share) > TOLERANCE * share + slack:
             return False
     fair = j.shares
@@ -155,12 +162,20 @@ def usage_and_quota(t: DimensionTick) -> list[tuple[float, float]]:
 
 
 def jain(t: DimensionTick, j: Judged | None = None) -> float | None:
+    """Jain's index of admitted / ideal, a deviation of up to one message counted as none (as
+    in `converged`: a daemon whose ideal is 0.4 messages a second admits 0 or 1 in a tick,
+    a ratio of 0 or 2.5 that says nothing about the allocation)."""
     fair = (j or judge(t)).shares
-    x = [t.admitted.get(d, 0.0) / f for d, f in fair.items() if f > 0]
+    x = [(f + _beyond_one_message(t.admitted.get(d, 0.0) - f, t.per_message.get(d, 0.0) / TICK_SECONDS)) / f
+         for d, f in fair.items() if f > 0]
     if not x:
         return None
     sq = sum(v * v for v in x)
     return (sum(x) ** 2) / (len(x) * sq) if sq > 0 else 0.0
+
+
+def _beyond_one_message(deviation: float, one: float) -> float:
+    return math.copysign(max(0.0, abs(deviation) - one), deviation)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

@@ -51,6 +51,12 @@ lost reports at 28 % loss, 16.4 % -> 5.4 %); within 3 ticks 0.954 -> 0.958, with
 and windows at >= 95 % 0.996 -> 0.991. On the next 40 cases of the seed (30-69, not in
 this corpus) the worst overshoot went from 51.0 % to 8.4 % with the loss-aware eviction
 and the trailing tick's agreement alone.
+
+Re-judged (rgd unchanged) when the judge came to count one message off a fractional ideal as
+none, in convergence and in Jain (a tick admits whole messages; at a few messages a second
+10 % of the ideal is less than one): Jain min 0.946 -> 0.993 (case 3 was a 1-2 msg/s group),
+within 3 ticks 0.966 -> 0.977, within 5 unchanged; windows at >= 95 % utilization 0.991 ->
+0.988, since windows that now converge count among the converged ones.
 """
 
 from __future__ import annotations
@@ -111,17 +117,21 @@ def test_rgd_floors_on_the_corpus() -> None:
               f"no tick over 10 % in {calm:.3f} of scenarios"
     worst = max(c.overshoot_pct for c in cs)
     figures += f", worst overshoot {worst:.1f} %"
-    assert min(jains) >= 0.94, figures  # target 0.99 in every window: measured 0.946
-    assert min(utils) >= 0.93, figures  # target 0.95 in every window: measured min 0.937 ...
-    assert util_ok >= 0.99, figures  # ... and 0.991 of windows at >= 0.95
-    assert within3 >= 0.96, figures  # target 0.95 of changes: measured 0.966 (0.958 before the joint budget)
+    # Since the judge counts one message off a fractional ideal as none (sim/metrics.py), Jain
+    # went 0.946 -> 0.993 and changes within 3 ticks 0.966 -> 0.977; windows that converge now
+    # are averaged over their converged part, not their last half, so their utilization
+    # counts among the converged windows: 0.991 -> 0.988 of them at >= 0.95.
+    assert min(jains) >= 0.99, figures  # the target, in every window: measured 0.993
+    assert min(utils) >= 0.93, figures  # target 0.95 in every window: measured min 0.935 ...
+    assert util_ok >= 0.985, figures  # ... and 0.988 of windows at >= 0.95
+    assert within3 >= 0.97, figures  # target 0.95 of changes: measured 0.977 (0.958 before the joint budget)
     assert within5 >= 0.98, figures  # target: all of them; measured 0.981 (0.977 before)
     assert calm == 1.0, figures  # target: every scenario; measured 30 of 30
     assert worst <= 10.0, figures  # the target; measured 9.9 % (case 7)
 
 
-@pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: Jain 0.946 (0.99), "
-                   "windows >= 95 % utilization 0.991 (all), changes within 5 ticks 0.981 (all)")
+@pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: "
+                   "windows >= 95 % utilization 0.988 (all), changes within 5 ticks 0.981 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)

@@ -219,3 +219,35 @@ def test_overshoot_counts_the_bytes_dimension() -> None:
 
     t = DimensionTick(100, {"a": 80}, {"a": 80}, bytes_quota=40_000, message_bytes={"a": 1000})
     assert usage_and_quota(t) == [(80, 100), (80_000, 40_000)]  # 100 % over in bytes
+
+
+def test_one_message_off_a_fractional_ideal_is_converged_two_are_not() -> None:
+    from sim.engine import DimensionTick
+
+    # Ideal 3.8 messages a second for b (max-min of 20 over 3.8 and 30 offered): a tick admits
+    # whole messages, so 3 is as close as a limiter gets in some ticks; 2 is a miss. The slack
+    # of 0.5 % of the quota (0.1 message) alone would call both misses.
+    def tick(b_admitted: float) -> DimensionTick:
+        return DimensionTick(20, {"a": 30.0, "b": 3.8}, {"a": 16.0, "b": b_admitted}, per_message={"a": 1.0, "b": 1.0})
+
+    assert converged(tick(3.0)) and converged(tick(4.0))
+    assert not converged(tick(2.0))
+    # In bytes (a bytes quota alone), one message is its size.
+    in_bytes = DimensionTick(20_000, {"a": 30_000.0, "b": 3_800.0}, {"a": 16_000.0, "b": 3_000.0},
+                             per_message={"a": 1000.0, "b": 1000.0})
+    assert converged(in_bytes)
+    assert not converged(DimensionTick(20_000, {"a": 30_000.0, "b": 3_800.0}, {"a": 16_000.0, "b": 2_000.0},
+                                       per_message={"a": 1000.0, "b": 1000.0}))
+
+
+def test_jain_counts_one_message_off_as_none() -> None:
+    from sim.engine import DimensionTick
+    from sim.metrics import jain
+
+    # Ideals 0.4 and 19.6 (max-min of 20 over 0.4 and 30 offered): admitting 1 or 0 messages
+    # of the small one is as fair as a tick of whole messages gets; 3 is not.
+    def tick(small: float) -> DimensionTick:
+        return DimensionTick(20, {"a": 30.0, "b": 0.4}, {"a": 19.6, "b": small}, per_message={"a": 1.0, "b": 1.0})
+
+    assert jain(tick(1.0)) == pytest.approx(1.0) and jain(tick(0.0)) == pytest.approx(1.0)
+    assert jain(tick(3.0)) < 0.7
