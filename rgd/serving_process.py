@@ -321,7 +321,8 @@ class ServingProcess:
             async with client.request(request.method, "http://rgd" + request.path_qs, headers=headers,
                                       data=body if body else None, allow_redirects=False) as resp:
                 out = {k: v for k, v in resp.headers.items() if k.lower() not in _NOT_FORWARDED}
-                if request.path == "/metrics" and resp.status == 200 and "Content-Encoding" not in resp.headers:
+                if (request.method == "GET" and request.path == "/metrics" and resp.status == 200
+                        and "Content-Encoding" not in resp.headers):
                     # Passed on as it comes (a scrape at 5 000 groups is ~8 MB), ours appended.
                     streamed = web.StreamResponse(headers=out)
                     await streamed.prepare(request)

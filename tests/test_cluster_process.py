@@ -25,6 +25,7 @@ from aiohttp.test_utils import make_mocked_request
 from rgd.api.admin import CLIENT_ADDRESS_HEADER, FORWARDED, client_address
 from rgd.load_generator import run_streams
 from tests.cluster_harness import Cluster, wait_until
+from tests.test_metrics import assert_head_then_get_metrics
 from tests.test_cluster import DEMANDS, FAIR, QUOTA, converged_at, per_second, start_three, streams
 from tests.test_reaction_live import probe, settle
 from tests.test_reaction_live import start_three as start_three_settled
@@ -100,6 +101,7 @@ def test_every_route_answers_and_the_cluster_process_counts_what_the_brokers_ask
     assert {"rgd_http_connections", "rgd_serving_link_seconds_total", "rgd_serving_gc_seconds_total",
             "rgd_tick_seconds"} - set(types) == set()
     assert split_cluster.metric("d1", "rgd_http_connections") >= 1  # the serving process's listeners: this one
+    assert_head_then_get_metrics(d.url)
     for path in ("/readyz", "/healthz", "/openapi.json", "/admin/v2/resourcegroups/gold"):
         assert d.get_json(path)[0] == 200, path
     assert d.get_json("/no/such/route")[0] == 404  # the cluster process's JSON 404

@@ -3,13 +3,19 @@ own `generate_latest` of the whole registry, and never holding two per-group fam
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import http.client
+import urllib.parse
 import weakref
 from pathlib import Path
+
+from aiohttp.test_utils import TestServer
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from rgd.api.app import build_app
 from rgd.config_file import parse_config
 from rgd.daemon import Daemon
 from rgd.groups import KINDS
@@ -60,3 +66,32 @@ def test_one_per_group_family_at_a_time(tmp_path: Path) -> None:
         yielded += 1
         del family
     assert yielded > 10 and len(alive) >= 7  # all but the map's and last tick's (no tick ran)
+
+
+def assert_head_then_get_metrics(url: str) -> None:
+    """HEAD /metrics answers headers only, and a GET on the same connection after it reads a
+    whole exposition: a streamed body written to a HEAD answer was read as the next
+    answer's status line."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request("HEAD", "/metrics")
+        head = conn.getresponse()
+        assert head.status == 200 and head.read() == b""
+        conn.request("GET", "/metrics")
+        got = conn.getresponse()
+        assert got.status == 200
+        text = got.read().decode()
+        assert "# TYPE rgd_reports_published_total counter" in text
+        assert {f.name for f in text_string_to_metric_families(text)} >= {"rgd_reports_published", "rgd_cluster_members"}
+    finally:
+        conn.close()
+
+
+async def test_head_then_get_on_one_connection(tmp_path: Path) -> None:
+    server = TestServer(build_app(_daemon(tmp_path)), host="127.0.0.1")
+    await server.start_server()
+    try:
+        await asyncio.to_thread(assert_head_then_get_metrics, str(server.make_url("/")))
+    finally:
+        await server.close()

@@ -24,6 +24,8 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     # hold up every ask. The collectors read the daemon's dicts through list() copies, each
     # taken whole under the GIL, so the loop may go on changing them meanwhile. Streamed a
     # family at a time, so a scrape never holds all of its samples and text at once.
+    if request.method == "HEAD":  # headers only: a streamed body would be written to the wire
+        return web.Response(headers={"Content-Type": CONTENT_TYPE_LATEST})
     daemon = request.app[DAEMON]
     daemon.refresh_liveness()  # on the loop, before the render thread reads the gauges
     return await stream_chunks(request, daemon.metrics.chunks())
