@@ -19,19 +19,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 
 from rgd.api.app import build_app
 from rgd.broker_liveness import BrokerLiveness, echo_deadline
 from rgd.config_file import ConfigDocument, ConfigError
 from rgd.config_reload import ConfigReloader
-from rgd.connection_guard import ConnectionGuard, connection_limit
+from rgd.connection_guard import ConnectionGuard
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
 from rgd.gc_pacing import GcPacer
 from rgd.cluster_node import REJECT_OWN, ClusterNode, LimitInputs, NodeConfig, Resume, evaluate, start_seconds_for
 from rgd.groups import KINDS, ResourceGroup
-from rgd.http_sites import bound_tcp_port, remove_unix_socket, start_sites, warn_embedded_beyond_loopback
+from rgd.http_sites import HttpListeners
 from rgd.limiter import Limiter
 from rgd.metrics import Metrics
 from rgd.pulsar_metrics import PulsarMetrics
@@ -109,17 +108,23 @@ class Daemon:
         self.broker: EmbeddedBroker | None = None
         self.pulsar_url = settings.pulsar_url
         self.usage_log: UsageLog | None = None
-        self.connection_guard: ConnectionGuard | None = None
+        self.listeners = HttpListeners()
         self.log_guard: LogGuard | None = None  # every log call goes through it: a full disk never stops a tick
         self.started = False
         self._tasks: list[asyncio.Task] = []
         self._calculating = False  # a recompute is running its calculator off the loop
         self._calc_resume_at = 0.0  # ... and the next large one waits until then (CALC_DUTY)
-        self._runner: web.AppRunner | None = None
-        self.bound_port: int | None = None  # the first TCP address's port; None with unix sockets only
-        self._unix_sockets: list[tuple[str, int]] = []
         self.metrics.attach(self)
         self.pulsar_metrics = PulsarMetrics(self, self.metrics.registry) if settings.pulsar_metrics else None
+
+    @property
+    def connection_guard(self) -> ConnectionGuard | None:
+        return self.listeners.guard
+
+    @property
+    def bound_port(self) -> int | None:
+        """The first TCP address's port; None with unix sockets only (or before start)."""
+        return self.listeners.bound_port
 
     def _resume_state(self, config: NodeConfig) -> Resume | None:
         """A same-id restart resumes from what our predecessor left in the usage log
@@ -171,17 +176,9 @@ class Daemon:
     async def _start(self) -> None:
         s = self.settings
         self._open_usage_log()
-        app = build_app(self, forwarded=self.behind_serving_process)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     keepalive_timeout=s.http_idle_timeout)
-        await self._runner.setup()
-        assert self._runner.server is not None
-        self.connection_guard = ConnectionGuard(self._runner.server, connection_limit(s.http_max_connections))
-        addresses = s.listen_addresses
-        self._unix_sockets = await start_sites(self._runner, addresses, self.connection_guard)
-        self.bound_port = bound_tcp_port(self._runner)
+        await self.listeners.open(build_app(self, forwarded=self.behind_serving_process), s,
+                                  embedded_broker=not self.pulsar_url)
         if not self.pulsar_url:
-            warn_embedded_beyond_loopback(addresses)
             self.broker = await asyncio.to_thread(start_or_join, s.data_dir)
             self.pulsar_url = self.broker.url
         self._tasks = [
@@ -219,12 +216,7 @@ class Daemon:
         session, self.session = self.session, None
         if session is not None:
             await session.close()
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-        for path, inode in self._unix_sockets:
-            remove_unix_socket(path, inode)
-        self._unix_sockets = []
+        await self.listeners.close()
         usage_log, self.usage_log = self.usage_log, None
         self.log_guard = None
         if usage_log is not None:

@@ -22,12 +22,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from rgd.connection_guard import ConnectionGuard, GuardedTCPSite, GuardedUnixSite
-from rgd.settings import ListenAddress
+from rgd.connection_guard import ConnectionGuard, GuardedTCPSite, GuardedUnixSite, connection_limit
+from rgd.settings import ListenAddress, Settings
 
 log = logging.getLogger("rgd.http")
 
-__all__ = ["SocketInUse", "bound_tcp_port", "prepare_unix_path", "remove_unix_socket", "start_sites",
+__all__ = ["HttpListeners", "SocketInUse", "bound_tcp_port", "prepare_unix_path", "remove_unix_socket", "start_sites",
            "warn_embedded_beyond_loopback"]
 
 SOCKET_MODE = 0o666  # broker pods connect under their own uid
@@ -108,3 +108,36 @@ def warn_embedded_beyond_loopback(addresses: list[ListenAddress]) -> None:
         log.warning("listening on %s with the embedded broker: this daemon hears no peer on "
                     "another machine, so a multi-node cluster would admit N x the quota; "
                     "set --pulsar-url to the shared Pulsar cluster", host)
+
+
+class HttpListeners:
+    """The daemon's HTTP listeners: one app served on every `--listen` address, their
+    connections counted against one limit. Whoever listens for brokers (the daemon, or the
+    serving process of `--cluster-process`) opens them here, so both bind, guard, warn and
+    clean up alike. `close()` undoes whatever part of `open()` ran, and is safe to call twice."""
+
+    def __init__(self) -> None:
+        self.guard: ConnectionGuard | None = None  # set once the sites listen
+        self.bound_port: int | None = None  # the first TCP address's port; None with unix sockets only
+        self._runner: web.AppRunner | None = None
+        self._unix_sockets: list[tuple[str, int]] = []
+
+    async def open(self, app: web.Application, settings: Settings, embedded_broker: bool) -> None:
+        runner = self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                              keepalive_timeout=settings.http_idle_timeout)
+        await runner.setup()
+        assert runner.server is not None
+        self.guard = ConnectionGuard(runner.server, connection_limit(settings.http_max_connections))
+        addresses = settings.listen_addresses
+        self._unix_sockets = await start_sites(runner, addresses, self.guard)
+        self.bound_port = bound_tcp_port(runner)
+        if embedded_broker:
+            warn_embedded_beyond_loopback(addresses)
+
+    async def close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        for path, inode in self._unix_sockets:
+            remove_unix_socket(path, inode)
+        self._unix_sockets = []

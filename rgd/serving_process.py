@@ -43,9 +43,8 @@ from rgd.api.body import MAX_BODY, read_body
 from rgd.api.errors import ApiError, as_json_error, json_response
 from rgd.config_file import ConfigDocument
 from rgd.config_store import ConfigStore
-from rgd.connection_guard import ConnectionGuard, connection_limit
 from rgd.gc_pacing import GcPacer
-from rgd.http_sites import bound_tcp_port, remove_unix_socket, start_sites, warn_embedded_beyond_loopback
+from rgd.http_sites import HttpListeners
 from rgd.limiter_link import ServingLimiter
 from rgd.metrics import http_connection_families
 from rgd.process_link import LinkClosed, receive, send
@@ -78,9 +77,9 @@ class ServingFigures:
     loop spends besides answering requests, and its HTTP connections (the daemon's
     listeners are here; the cluster process leaves those families out)."""
 
-    def __init__(self, http_max_connections: int) -> None:
+    def __init__(self, listeners: HttpListeners, http_max_connections: int) -> None:
+        self.listeners = listeners
         self.http_max_connections = http_max_connections
-        self.connection_guard: ConnectionGuard | None = None  # set once the sites listen
         self.link_seconds = {"counts": 0.0, "limits": 0.0}
         self.gc_seconds = 0.0
         self._gc_started = 0.0
@@ -102,7 +101,7 @@ class ServingFigures:
         yield link
         yield CounterMetricFamily("rgd_serving_gc_seconds", "Time the process answering brokers "
                                   "(--cluster-process) spent in garbage collection", value=self.gc_seconds)
-        yield from http_connection_families(self.connection_guard, self.http_max_connections)
+        yield from http_connection_families(self.listeners.guard, self.http_max_connections)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -124,15 +123,13 @@ class ServingProcess:
         self.config = _GroupsInForce(store)
         self.limiter = ServingLimiter(time.monotonic, settings.burst, settings.max_debt,
                                       start_seconds=start_seconds_for(settings.strategy))
-        self.figures = ServingFigures(settings.http_max_connections)
-        self.bound_port: int | None = None
+        self.listeners = HttpListeners()
+        self.figures = ServingFigures(self.listeners, settings.http_max_connections)
         self.failed: str | None = None  # why the cluster process stopped under us
         # The cluster process's node is settled and its shares for new buckets are here: until
         # then /readyz says not ready even when the cluster process would (see _forward).
         self.cluster_settled = False
         self.stopped = asyncio.Event()  # set when this process should stop (the cluster process died)
-        self._runner: web.AppRunner | None = None
-        self._unix_sockets: list[tuple[str, int]] = []
         self._dir: str | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -158,16 +155,7 @@ class ServingProcess:
         app[broker.DAEMON] = self  # type: ignore[assignment]  # the broker routes read settings, config, limiter
         broker.add_routes(app)
         app.router.add_route("*", "/{tail:.*}", self._forward)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=s.http_idle_timeout)
-        await self._runner.setup()
-        assert self._runner.server is not None
-        guard = self.figures.connection_guard = ConnectionGuard(self._runner.server,
-                                                                connection_limit(s.http_max_connections))
-        addresses = s.listen_addresses
-        self._unix_sockets = await start_sites(self._runner, addresses, guard)
-        self.bound_port = bound_tcp_port(self._runner)
-        if not s.pulsar_url:
-            warn_embedded_beyond_loopback(addresses)
+        await self.listeners.open(app, s, embedded_broker=not s.pulsar_url)
         self._dir = tempfile.mkdtemp(prefix="rgd-cluster-")  # 0700: the socket is ours alone
         http_socket = os.path.join(self._dir, "http.sock")
         ours, theirs = socket.socketpair()
@@ -204,7 +192,7 @@ class ServingProcess:
                        asyncio.create_task(self._receive(), name="link-receive"),
                        asyncio.create_task(self._pace_gc(), name="gc-pacing")]
         log.info("rgd %s answering brokers on %s (TCP port %s); cluster process %d",
-                 s.id, s.listen, self.bound_port, self._process.pid)
+                 s.id, s.listen, self.listeners.bound_port, self._process.pid)
 
     async def stop(self) -> None:
         """Graceful: the cluster process stops first (its leaving report goes out), then
@@ -246,12 +234,7 @@ class ServingProcess:
         client, self._client = self._client, None
         if client is not None:
             await client.close()
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-        for path, inode in self._unix_sockets:
-            remove_unix_socket(path, inode)
-        self._unix_sockets = []
+        await self.listeners.close()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
