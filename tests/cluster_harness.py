@@ -12,6 +12,11 @@ from pathlib import Path
 from rgd.daemon_process import DaemonProcess
 from tests.conftest import write_config
 
+# `rgd run` flags of each daemon layout, for tests that must hold in both: one process, or the
+# brokers' process beside a cluster process (`--cluster-process`, tests/test_cluster_process.py).
+CLUSTER_PROCESS = ["--cluster-process"]
+LAYOUTS = {"one-process": [], "cluster-process": CLUSTER_PROCESS}
+
 
 @dataclass
 class Cluster:

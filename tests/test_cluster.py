@@ -15,7 +15,7 @@ import pulsar
 import pytest
 
 from rgd.load_generator import Stream, StreamStats, constant, run_streams
-from tests.cluster_harness import Cluster, wait_until
+from tests.cluster_harness import LAYOUTS, Cluster, wait_until
 
 QUOTA = 300.0
 DEMANDS = {"d1": 240.0, "d2": 90.0, "d3": 30.0}
@@ -23,8 +23,10 @@ FAIR = {"d1": 180.0, "d2": 90.0, "d3": 30.0}
 
 
 @pytest.fixture
-def cluster(broker, tmp_path):
-    c = Cluster(broker.url, tmp_path, quota=QUOTA)
+def cluster(broker, tmp_path, request):
+    """Three daemons' cluster; one process each unless a test asks for another layout
+    (indirect parametrization with `LAYOUTS`' flags)."""
+    c = Cluster(broker.url, tmp_path, quota=QUOTA, extra=list(getattr(request, "param", [])))
     yield c
     c.stop_all()
 
@@ -66,6 +68,7 @@ def start_three(c: Cluster) -> None:
         c.daemons[d].wait_ready()
 
 
+@pytest.mark.parametrize("cluster", LAYOUTS.values(), ids=LAYOUTS.keys(), indirect=True)
 def test_three_daemons_converge_to_max_min_fair(cluster):
     start_three(cluster)
     result = asyncio.run(run_streams(streams(cluster, DEMANDS), 12))
@@ -77,6 +80,7 @@ def test_three_daemons_converge_to_max_min_fair(cluster):
     for d, f in FAIR.items():
         avg = stats[d].admitted_between(6, 11) / 5
         assert avg == pytest.approx(f, rel=0.10), (d, avg)
+    assert max(per_second(stats, range(2, 12))) <= 1.10 * QUOTA
 
 
 def test_fourth_daemon_joining_never_overshoots(cluster):

@@ -2,15 +2,14 @@
 
 Real `rgd run` processes on the session's broker. What must hold: the HTTP API is the
 single-process daemon's (every route answers, admin writes from loopback pass, counts
-reach /metrics), the cluster converges as before (the single-process tests' figures
-and bounds, with every daemon split), a new group's first second is as used, and the
-two processes live and die together (a dead cluster process stops the daemon; SIGTERM
-stops both, the leaving report first).
+reach /metrics), and the two processes live and die together (a dead cluster process
+stops the daemon; SIGTERM stops both, the leaving report first). That the cluster converges
+and a new group's first second is used as with one process is checked in both layouts by
+tests/test_cluster.py and tests/test_reaction_live.py (`LAYOUTS`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -23,15 +22,9 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from rgd.api.admin import CLIENT_ADDRESS_HEADER, FORWARDED, client_address
-from rgd.load_generator import run_streams
-from tests.cluster_harness import Cluster, wait_until
+from tests.cluster_harness import CLUSTER_PROCESS, Cluster, wait_until
 from tests.test_metrics import assert_head_then_get_metrics
-from tests.test_cluster import DEMANDS, FAIR, QUOTA, converged_at, per_second, start_three, streams
-from tests.test_reaction_live import probe, settle
-from tests.test_reaction_live import start_three as start_three_settled
-
-SPLIT = ["--cluster-process"]
-
+from tests.test_cluster import QUOTA
 
 def children(pid: int) -> list[int]:
     out: list[int] = []
@@ -65,7 +58,7 @@ def post(url: str, body: dict, method: str = "POST") -> tuple[int, dict]:
 
 @pytest.fixture
 def split_cluster(broker, tmp_path):
-    c = Cluster(broker.url, tmp_path, quota=QUOTA, extra=SPLIT)
+    c = Cluster(broker.url, tmp_path, quota=QUOTA, extra=CLUSTER_PROCESS)
     yield c
     c.stop_all()
 
@@ -107,49 +100,6 @@ def test_every_route_answers_and_the_cluster_process_counts_what_the_brokers_ask
     assert d.get_json("/no/such/route")[0] == 404  # the cluster process's JSON 404
 
 
-def test_three_split_daemons_converge_to_max_min_fair(split_cluster):
-    start_three(split_cluster)
-    result = asyncio.run(run_streams(streams(split_cluster, DEMANDS), 12))
-    stats = dict(zip(DEMANDS, result))
-    t = converged_at(stats, FAIR, QUOTA, 12)
-    print(f"\nsplit daemons: convergence second {t}; per-second cluster admission {per_second(stats, range(12))}")
-    assert t is not None and t <= 5
-    for d, f in FAIR.items():
-        avg = stats[d].admitted_between(6, 11) / 5
-        assert avg == pytest.approx(f, rel=0.10), (d, avg)
-    assert max(per_second(stats, range(2, 12))) <= 1.10 * QUOTA
-
-
-@pytest.mark.timing
-def test_a_lone_split_daemon_admits_a_new_groups_quota_in_its_first_second(broker, tmp_path):
-    c = Cluster(broker.url, tmp_path, quota=100, extra=SPLIT)
-    try:
-        d = c.start("d1")
-        settle(c)
-        counts = probe.Counts()
-        asyncio.run(probe.run_load([(d.url, ("d1", "gold"), "acme/x", lambda _t: 200.0)], 1.5, counts))
-        first = probe.first_second(counts, [("d1", "gold")])
-        print(f"\nlone split daemon, new 100 msg/s group offered 200 msg/s: {first} msgs in the first second")
-        assert 90 <= first <= 106  # as the single-process daemon (tests/test_reaction_live.py)
-    finally:
-        c.stop_all()
-
-
-@pytest.mark.timing
-def test_a_new_group_with_even_demand_on_three_split_daemons_is_mostly_used_in_its_first_second(broker, tmp_path):
-    c = Cluster(broker.url, tmp_path, quota=300, extra=SPLIT)
-    try:
-        start_three_settled(c)
-        counts = probe.Counts()
-        load = [(d.url, (n, "gold"), f"acme/{n}", lambda _t: 120.0) for n, d in c.daemons.items()]
-        asyncio.run(probe.run_load(load, 1.5, counts))
-        used = probe.first_second(counts, [(n, "gold") for n in c.daemons]) / 300
-        print(f"\n3 split daemons, new 300 msg/s group, 120 msg/s on each: {100 * used:.1f} % used in the first second")
-        assert 0.90 <= used <= 1.06
-    finally:
-        c.stop_all()
-
-
 def test_the_daemon_stops_when_its_cluster_process_dies(split_cluster):
     d = split_cluster.start("d1")
     (child,) = children(d.process.pid)
@@ -168,7 +118,7 @@ def test_sigterm_stops_both_processes_and_peers_hear_the_leaving_report(broker, 
     c = Cluster(broker.url, tmp_path, quota=QUOTA, ttl_ticks=10)  # eviction by TTL would take 10 s
     try:
         peer = c.start("plain")
-        c.extra = SPLIT
+        c.extra = CLUSTER_PROCESS
         split = c.start("split")
         wait_until(lambda: "split" in peer.get_json("/readyz")[1]["members"], 10)
         (child,) = children(split.process.pid)

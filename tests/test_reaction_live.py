@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster_harness import Cluster
+from tests.cluster_harness import LAYOUTS, Cluster
 
 pytestmark = pytest.mark.timing
 
@@ -56,8 +56,10 @@ def test_fair_shares_of_the_probe_match_hand_computed_splits() -> None:
 
 
 @pytest.fixture
-def cluster(broker, tmp_path):
-    c = Cluster(broker.url, tmp_path, quota=100)
+def cluster(broker, tmp_path, request):
+    """One daemon's cluster; one process unless a test asks for another layout (indirect
+    parametrization with `LAYOUTS`' flags)."""
+    c = Cluster(broker.url, tmp_path, quota=100, extra=list(getattr(request, "param", [])))
     yield c
     c.stop_all()
 
@@ -75,6 +77,7 @@ def start_three(c: Cluster) -> None:
     settle(c, 2.0)
 
 
+@pytest.mark.parametrize("cluster", LAYOUTS.values(), ids=LAYOUTS.keys(), indirect=True)
 def test_a_lone_daemon_admits_the_new_groups_quota_in_its_first_second(cluster):
     d = cluster.start("d1")
     settle(cluster)
@@ -85,8 +88,9 @@ def test_a_lone_daemon_admits_the_new_groups_quota_in_its_first_second(cluster):
     assert 90 <= first <= 106  # the whole quota at once, plus the new bucket's 0.05 s
 
 
-def test_a_new_group_with_even_demand_is_mostly_used_in_its_first_second(broker, tmp_path):
-    c = Cluster(broker.url, tmp_path, quota=300)
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_a_new_group_with_even_demand_is_mostly_used_in_its_first_second(broker, tmp_path, layout):
+    c = Cluster(broker.url, tmp_path, quota=300, extra=list(layout))
     try:
         start_three(c)
         counts = probe.Counts()
