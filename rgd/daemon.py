@@ -28,14 +28,14 @@ from rgd.connection_guard import ConnectionGuard
 from rgd.config_store import ConfigChange, ConfigStore
 from rgd.embedded_broker import EmbeddedBroker, start_or_join
 from rgd.gc_pacing import GcPacer
-from rgd.cluster_node import REJECT_OWN, ClusterNode, LimitInputs, NodeConfig, Resume, evaluate, start_seconds_for
+from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, Resume, evaluate_all, start_seconds_for
 from rgd.groups import KINDS, ResourceGroup
 from rgd.http_sites import HttpListeners
 from rgd.limiter import Limiter
 from rgd.metrics import Metrics
 from rgd.pulsar_metrics import PulsarMetrics
 from rgd.quota.inputs import QuotaParams
-from rgd.quota.model import INF, GroupLimits
+from rgd.quota.model import INF
 from rgd.report_builder import bound_report
 from rgd.report_codec import HmacKeys, serialize_report
 from rgd.settings import Settings
@@ -560,8 +560,9 @@ class Daemon:
     async def recompute(self, names: set[str] | None) -> None:
         """The node's recompute (every group, or `names`), with the calculator off the event
         loop when there is much to do. At PIP-82's scale (5 000 groups here, most of them
-        named by some peer's report every second) the calculator takes about 80 us a group:
-        hundreds of milliseconds a tick on the loop that answers brokers. So beyond
+        named by some peer's report every second) the calculator, inputs gathered and batched
+        (`evaluate_all`), still takes hundreds of milliseconds a tick (bench/scale_probe.py
+        prints it): too much for the loop that answers brokers. So beyond
         INLINE_GROUPS the groups go in chunks: inputs gathered on the loop (a consistent
         copy), the calculator in a worker thread, the limits swapped into the limiter on the
         loop; the loop answers asks between chunks and, as the worker drops the GIL every
@@ -589,7 +590,7 @@ class Daemon:
         try:
             for i in range(0, len(targets), INLINE_GROUPS):
                 plan = node.recompute_plan(set(targets[i:i + INLINE_GROUPS]))
-                limits = await asyncio.to_thread(_evaluate_all, plan)
+                limits = await asyncio.to_thread(evaluate_all, [inputs for _, inputs in plan])
                 node.apply_limits(plan, limits)
         finally:
             self._calculating = False
@@ -678,10 +679,6 @@ class Daemon:
             daemons[daemon_id] = doc
         return {"group": group.name, "quota": group.to_admin(), "daemon": self.settings.id, "limits": limits,
                 "daemons": daemons, "members": sorted(self.node.members())}
-
-
-def _evaluate_all(plan: list[tuple[ResourceGroup, LimitInputs]]) -> list[GroupLimits]:
-    return [evaluate(inputs) for _, inputs in plan]
 
 
 def _per_second(rate: float) -> float | None:

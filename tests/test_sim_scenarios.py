@@ -123,16 +123,16 @@ def test_previous_is_what_keeps_a_surge_under_the_quota(monkeypatch: pytest.Monk
     # c's own report shows its jump before its peers have folded it. With `previous`, c waits a
     # tick for them to make room; without it the cluster overshoots.
     from rgd.cluster_node import ClusterNode
-    from rgd.quota.calculator import compute_limits
+    from rgd.quota.calculator import UNSET, CalculatorCall
 
     _, with_previous = result("surge", "rgd")
     assert with_previous.overshoot_pct <= 2.0
 
-    def without_previous(self, group, now=None):  # what a daemon that does not track it computes
-        return compute_limits(group, self.usage_map.group_usage(group.name), self.node_id,
-                              self.members(), self.config.strategy, self.config.params)
+    def without_previous(self, group, now=None, members=None):  # what a daemon that does not track it computes
+        return CalculatorCall(group, self.usage_map.group_usage(group.name), self.node_id,
+                              frozenset(self.members()), self.config.strategy, self.config.params, UNSET)
 
-    monkeypatch.setattr(ClusterNode, "limits_for", without_previous)
+    monkeypatch.setattr(ClusterNode, "limit_inputs", without_previous)
     assert evaluate(run(load("surge"), "rgd")).overshoot_pct > 2.0
     # With a delivery delay of a tick its peers hold its old demand for that long: waiting for
     # the measured delay is what keeps the cluster under the quota (59 % over without it).

@@ -28,11 +28,11 @@ peer reserves for it (QuotaParams.newcomer_fraction), never the full quota.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Collection, Mapping, Sequence
 
 from rgd.groups import KINDS, ResourceGroup
-from rgd.quota import doorman, max_min_fair, pulsar, static
+from rgd.quota import doorman, max_min_fair, max_min_fair_batch, pulsar, static
 from rgd.quota.inputs import DimensionInput, QuotaParams, Strategy
 from rgd.quota.model import GroupLimits, KindRates, PeerUsage, min_usage
 
@@ -371,82 +371,104 @@ def compute_limits(
     return limits
 
 
-def _lean_input(k: KindRates, dim: str, granule: float) -> DimensionInput:
-    """`dimension_inputs`' record for one daemon's entry, field by field the same floats."""
-    if dim == "messages":
-        demand = k.admitted_messages + k.throttled_messages
-        return DimensionInput(demand, k.admitted_messages, k.limit_messages, granule if demand > 0 else 0.0)
-    return DimensionInput(k.admitted_bytes + k.throttled_bytes, k.admitted_bytes, k.limit_bytes, 0.0)
+@dataclass(frozen=True)
+class CalculatorCall:
+    """One call of the quota calculator (`compute_limits`' arguments), copied out of a
+    node's state: nothing in it changes afterwards, so it can be evaluated anywhere."""
+
+    group: ResourceGroup
+    usage: Mapping[str, PeerUsage]
+    self_id: str
+    members: frozenset[str]
+    strategy: str = DEFAULT_STRATEGY
+    params: QuotaParams = DEFAULT_PARAMS
+    previous: "PeerUsage | None | _Unset" = UNSET
+    settled: bool = True
 
 
-def _lean_own_input(latest: KindRates, seen: KindRates, dim: str, granule: float) -> DimensionInput:
-    """The record of our own entry as peers see it: `min_kind(latest, seen)` (what
-    `as_peers_see_me` puts in the view) in this dimension only, with the same operations
-    in the same order, so the floats are the same."""
-    if dim == "messages":
-        adm = min(latest.admitted_messages, seen.admitted_messages)
-        thr = min(latest.demand_messages, seen.demand_messages) - adm
-        demand = adm + thr
-        return DimensionInput(demand, adm, latest.limit_messages, granule if demand > 0 else 0.0)
-    adm = min(latest.admitted_bytes, seen.admitted_bytes)
-    thr = min(latest.demand_bytes, seen.demand_bytes) - adm
-    return DimensionInput(adm + thr, adm, latest.limit_bytes, 0.0)
+def in_batch(call: CalculatorCall) -> bool:
+    """Strategy `rgd`, settled, `previous` given, and no kind whose messages and bytes are
+    both limited (those are split jointly, in `compute_limits`)."""
+    if call.strategy != DEFAULT_STRATEGY or not call.settled or isinstance(call.previous, _Unset):
+        return False
+    return not any(m > 0 and b > 0 for m, b in (call.group.rates(kind) for kind in KINDS))
 
 
-def compute_limits_lean(
-    group: ResourceGroup,
-    usage: Mapping[str, PeerUsage],
-    self_id: str,
-    members: Collection[str],
-    strategy: str = DEFAULT_STRATEGY,
-    params: QuotaParams | None = None,
-    *,
-    previous: "PeerUsage | None | _Unset" = UNSET,
-    settled: bool = True,
-) -> GroupLimits | None:
-    """`compute_limits`' result for the common case, with fewer objects; None where the
-    case does not apply (the caller then calls `compute_limits`, the reference).
+def _add_entries(problems: max_min_fair_batch.Segments, call: CalculatorCall, ids: list[str], kind: str,
+                 dim: str, granule: float) -> None:
+    """The members with demand in one dimension of `call`'s map, in id order, as
+    `dimension_inputs` would record them: peers' entries as held, ours as peers see it
+    (`as_peers_see_me`: the smaller of our newest entry and `previous`), each figure by
+    the same operations in the same order, so the floats are the same."""
+    messages = dim == "messages"
+    latest, seen, me = call.usage.get(call.self_id), call.previous, call.self_id
+    for d in ids:
+        if d != me:
+            k = call.usage[d].kind(kind)
+            if messages:
+                demand, admitted = k.admitted_messages + k.throttled_messages, k.admitted_messages
+            else:
+                demand, admitted = k.admitted_bytes + k.throttled_bytes, k.admitted_bytes
+        elif latest is not None and isinstance(seen, PeerUsage):
+            ours, held = latest.kind(kind), seen.kind(kind)
+            if messages:
+                admitted = min(ours.admitted_messages, held.admitted_messages)
+                demand = admitted + (min(ours.demand_messages, held.demand_messages) - admitted)
+            else:
+                admitted = min(ours.admitted_bytes, held.admitted_bytes)
+                demand = admitted + (min(ours.demand_bytes, held.demand_bytes) - admitted)
+        else:
+            continue  # peers hold nothing of ours: we are a member without demand
+        if demand > 0:
+            problems.add_entry(demand, admitted, granule if messages else 0.0, d == me)
 
-    The common case: strategy `rgd`, settled, `previous` given, and no kind whose messages
-    and bytes are both limited (no joint allocation). There `compute_limits` builds the
-    peers' view of our entry for every kind (`min_usage`, then `replace`: two PeerUsage and
-    three KindRates a call) and a DimensionInput per daemon for every dimension, limited or
-    not; ~60 us a group, at PIP-82's scale thousands of groups a second. This builds our
-    own entry's record only for the limited dimensions, straight from the two entries, and
-    hands the same records to the same strategy's steps (`max_min_fair.allocate_one`: the
-    share of one id, by the code `allocate` uses, which does not depend on the order it is
-    given entries in), so the limits are the same floats: a property test
-    (tests/test_quota_lean.py) compares the two on generated maps."""
-    if strategy != DEFAULT_STRATEGY or not settled or isinstance(previous, _Unset):
-        return None
-    rates = [group.rates(kind) for kind in KINDS]
-    for msgs_quota, bytes_quota in rates:
-        if msgs_quota > 0 and bytes_quota > 0:
-            return None  # joint (dominant shares): compute_limits does it
-    params = params or DEFAULT_PARAMS
-    if not isinstance(members, (set, frozenset)):
-        members = frozenset(members)
-    # How many ids compute_limits' `ids` (members, the map's daemons, ourselves) holds,
-    # without building it: max_min_fair.allocate_one needs only the count.
-    extra = {d for d in usage if d not in members}
-    if self_id not in members:
-        extra.add(self_id)
-    n = len(members) + len(extra)
-    latest = usage.get(self_id)
-    granule = 1.0 / params.counting_window
-    out: GroupLimits = {}
-    for kind, pair in zip(KINDS, rates):
-        got = []
-        for dim, rate in zip(("messages", "bytes"), pair):
-            if rate < 0:
-                got.append(INF)
-                continue
-            entries = {d: _lean_input(pu.kind(kind), dim, granule) for d, pu in usage.items() if d != self_id}
-            if latest is not None and previous is not None:
-                entries[self_id] = _lean_own_input(latest.kind(kind), previous.kind(kind), dim, granule)
-            got.append(max_min_fair.allocate_one(float(rate), entries, n, params, self_id))
-        out[kind] = (got[0], got[1])
-    return out
+
+def calculate_many(calls: Sequence[CalculatorCall]) -> list[GroupLimits]:
+    """`compute_limits` of every call, the same floats; what the daemon and the simulator
+    call (through rgd.cluster_node.evaluate_all).
+
+    The common case (`in_batch`: at PIP-82's scale, nearly every call) goes to
+    `max_min_fair_batch`, all calls at once; it needs only the members with demand and
+    the number of members, not a record for every daemon. The rest go to
+    `compute_limits` one by one. tests/test_quota_batch.py compares the two on
+    generated maps."""
+    out: list[GroupLimits | None] = [None] * len(calls)
+    by_params: dict[QuotaParams, list[int]] = {}
+    for i, call in enumerate(calls):
+        if in_batch(call):
+            by_params.setdefault(call.params, []).append(i)
+        else:
+            out[i] = compute_limits(call.group, call.usage, call.self_id, call.members, call.strategy,
+                                    call.params, previous=call.previous, settled=call.settled)
+    for params, indices in by_params.items():
+        problems = max_min_fair_batch.Segments()
+        where: list[tuple[int, str, int, int]] = []  # call, kind, segment of messages, of bytes (-1: unlimited)
+        granule = 1.0 / params.counting_window
+        for i in indices:
+            call = calls[i]
+            members = call.members
+            # compute_limits' ids are members, the map's daemons and ourselves: count them
+            # without building the set.
+            n = len(members) + sum(1 for d in call.usage if d not in members)
+            if call.self_id not in members and call.self_id not in call.usage:
+                n += 1
+            ids = sorted(call.usage)
+            for kind in KINDS:
+                segments = []
+                for dim, rate in zip(("messages", "bytes"), call.group.rates(kind)):
+                    if rate < 0:
+                        segments.append(-1)
+                        continue
+                    segments.append(problems.add(float(rate), n))
+                    _add_entries(problems, call, ids, kind, dim, granule)
+                where.append((i, kind, segments[0], segments[1]))
+        shares = max_min_fair_batch.own_shares(problems, params).tolist()
+        for i, kind, m, b in where:
+            limits = out[i]
+            if limits is None:
+                limits = out[i] = {}
+            limits[kind] = (INF if m < 0 else shares[m], INF if b < 0 else shares[b])
+    return out  # type: ignore[return-value]
 
 
 def calculate(
@@ -460,13 +482,10 @@ def calculate(
     previous: "PeerUsage | None | _Unset" = UNSET,
     settled: bool = True,
 ) -> GroupLimits:
-    """What the daemon and the simulator call (through rgd.cluster_node.evaluate): the
-    lean path where it applies, else `compute_limits`; the same limits either way."""
-    lean = compute_limits_lean(group, usage, self_id, members, strategy, params, previous=previous, settled=settled)
-    if lean is not None:
-        return lean
-    return compute_limits(group, usage, self_id, members, strategy, params, previous=previous, settled=settled)
-
+    """`calculate_many` of one call: `compute_limits`' limits, the same floats."""
+    call = CalculatorCall(group, usage, self_id, frozenset(members), strategy, params or DEFAULT_PARAMS,
+                          previous, settled)
+    return calculate_many([call])[0]
 
 
 NEW_BUCKET_SECONDS = 0.05  # see start_seconds_for
@@ -483,7 +502,7 @@ def start_seconds_for(strategy: str) -> float | None:
 
 __all__ = [
     "DEFAULT_PARAMS", "DEFAULT_STRATEGY", "JOINT_STRATEGIES", "STRATEGIES", "PEER_VIEW_STRATEGIES", "UNSET",
-    "DimensionInput", "QuotaParams", "allocate_group", "as_peers_see_me", "calculate", "compute_limits",
-    "compute_limits_lean", "NEW_BUCKET_SECONDS", "start_seconds_for",
+    "CalculatorCall", "DimensionInput", "QuotaParams", "allocate_group", "as_peers_see_me", "calculate",
+    "calculate_many", "compute_limits", "in_batch", "NEW_BUCKET_SECONDS", "start_seconds_for",
     "dimension_inputs", "dominant_inputs", "strategy_named",
 ]

@@ -128,20 +128,4 @@ def active_shares(quota: float, entries: Mapping[str, DimensionInput], n: int,
     return _split(quota, entries, n, params)
 
 
-def allocate_one(quota: float, entries: Mapping[str, DimensionInput], n: int, params: QuotaParams,
-                 who: str) -> float:
-    """`allocate(quota, entries, members, params)[who]` where `n` is the number of ids
-    (members and entries' keys together, `who` among them): the same steps, without a
-    value for every member. At PIP-82's scale a group has ~5 entries among 100 members, and
-    the dict of 100 shares (and the set of 100 ids) was most of a calculator call."""
-    if quota == INF:
-        return INF
-    if quota <= 0:
-        return 0.0
-    if not any(e.demand > 0 for e in entries.values()):
-        return quota / n
-    base, shares = _split(quota, entries, n, params)
-    return shares.get(who, base)
-
-
-__all__ = ["allocate", "allocate_one", "floor_share", "water_fill"]
+__all__ = ["active_shares", "allocate", "floor_share", "water_fill"]
