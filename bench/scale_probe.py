@@ -77,7 +77,7 @@ TICK_REPORT_KB = 100.0
 ASK_TIMEOUT_S = 10.0
 # What the daemon published and folded, counted over the run: why its own reports weigh what they do.
 COUNTERS = ("rgd_reports_published_total", "rgd_reports_early_total", "rgd_evictions_total",
-            "rgd_reports_lost_total", "rgd_reports_received_total")
+            "rgd_reports_lost_total", "rgd_reports_received_total", "rgd_reports_rejected_total")
 SCRAPE_EVERY_S = 15.0  # a common Prometheus scrape interval; each scrape at 5 000 groups is ~10^5 samples
 _QUIET = logging.getLogger("pulsar")  # the C++ client's INFO lines would bury the figures
 _QUIET.setLevel(logging.WARNING)
@@ -257,8 +257,10 @@ def scrape(url: str) -> tuple[float, dict[str, float]]:
             out[name] = float(value)
         elif line.startswith(("rgd_serving_link_seconds_total", "rgd_serving_gc_seconds_total")):
             out[line.split()[0]] = float(line.split()[-1])  # with --cluster-process: the serving process's
-        elif line.startswith(COUNTERS):  # summed over labels
+        elif line.startswith(COUNTERS):  # summed over labels (rejections: per reason)
             name = line.split("{")[0].split()[0]
+            if name == "rgd_reports_rejected_total" and 'reason="' in line:
+                name = "rejected " + line.split('reason="')[1].split('"')[0]
             out[name] = out.get(name, 0.0) + float(line.split()[-1])
     return took, out
 
@@ -608,7 +610,8 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "report_groups_per_tick": statistics.fmean(len(UsageReport.FromString(d).groups) for d in later)
         if later else 0,
         "counted": {name.removeprefix("rgd_").removesuffix("_total"): m1.get(name, 0.0) - m0.get(name, 0.0)
-                    for name in COUNTERS},
+                    for name in sorted(set(m1) | set(m0), key=str)
+                    if name.startswith(COUNTERS) or name.startswith("rejected ")},
     }
 
 

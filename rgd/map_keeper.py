@@ -35,9 +35,14 @@ Identity (against replays and a flood of made-up ids):
   can write a fresh report) and a forged report with a huge sequence would lock the
   real daemon out for the window, so there is none;
 - at most `max_members` members ("member_limit"), and when `admissions_per_second`
-  is set, new members are admitted from a token bucket of `admission_burst`
-  ("member_rate"): a newcomer that is refused is admitted with a later report (a
-  daemon reports every tick), a burst of made-up ids is not.
+  is set, new members are admitted from a token bucket ("member_rate") that holds
+  `admission_burst`, or as many as there are established members (heard again an
+  interval after joining, and lately) if more, and refills at that rate or at the
+  established members per report interval. A newcomer that is refused is admitted
+  with a later report (a daemon reports every tick), so a cluster's daemons starting
+  together are all members within a few intervals (100 in 7); a burst of made-up ids
+  sent once adds `admission_burst` and then that rate. Ids that keep reporting like
+  daemons are counted as daemons: without signatures, behaviour is all there is.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ class MapKeeper:
     departed: dict[str, tuple[int, int, float]] = field(default_factory=dict)
     _admission_tokens: float = field(default=-1.0, init=False)  # -1: full (set on first use)
     _admission_at: float = field(default=0.0, init=False)
+    _established: tuple[float, int] = field(default=(-math.inf, 0), init=False)  # (when counted, how many)
     # member -> groups it may have an entry in (a superset: checked against the map when
     # read), so folding one report visits that member's groups, not every group in the map.
     held_by: dict[str, set[str]] = field(default_factory=dict)
@@ -178,16 +184,40 @@ class MapKeeper:
             return REJECT_MEMBER_LIMIT
         rate = self.admissions_per_second
         if rate is not None:
+            # The allowance grows with the established members (see `established`): as many
+            # newcomers per report interval as there are. A fixed 2 a tick after a burst of 8
+            # kept a daemon starting among PIP-82's 100 brokers deaf to most of them for 45 s
+            # (their reports rejected, their demand unknown); now 100 are members
+            # within 7 intervals. Made-up ids sent once never become established, so a
+            # burst of them still adds 8 and then 2 a tick.
+            established = self.established(now)
+            burst = max(self.admission_burst, float(established))
+            if self.report_interval_seconds:
+                rate = max(rate, established / self.report_interval_seconds)
             if self._admission_tokens < 0:
-                self._admission_tokens = self.admission_burst
+                self._admission_tokens = burst
             else:
-                self._admission_tokens = min(self.admission_burst,
-                                             self._admission_tokens + (now - self._admission_at) * rate)
+                self._admission_tokens = min(burst, self._admission_tokens + (now - self._admission_at) * rate)
             self._admission_at = now
             if self._admission_tokens < 1.0:
                 return REJECT_MEMBER_RATE
             self._admission_tokens -= 1.0
         return ""
+
+    def established(self, now: float) -> int:
+        """Members heard from at least an interval after they joined, and within the last two
+        intervals: daemons, as far as behaviour tells. Counted at most four times an interval (a
+        flood of newcomers would otherwise count the members for each of its reports)."""
+        interval = self.report_interval_seconds
+        if not interval:
+            return 0
+        counted_at, count = self._established
+        if now - counted_at < interval / 4 and now >= counted_at:
+            return count
+        count = sum(1 for m in self.usage_map.members.values()
+                    if m.last_seen - m.joined >= interval and now - m.last_seen <= 2 * interval)
+        self._established = (now, count)
+        return count
 
     def _remember_departed(self, member: str, incarnation: int, sequence: int, now: float) -> None:
         if self.replay_window_seconds is None:

@@ -31,6 +31,7 @@ class Member:
     sequence: int
     last_seen: float  # receiver's clock
     publish_time_ms: int
+    joined: float = 0.0  # receiver's clock: its first accepted report (kept across its restarts)
 
 
 @dataclass(slots=True)
@@ -94,7 +95,8 @@ class UsageMap:
         if report.leaving:
             self.evict(sender)
             return FoldResult(True, lost=lost)
-        self.members[sender] = Member(report.incarnation, report.sequence, now, report.publish_time_ms)
+        self.members[sender] = Member(report.incarnation, report.sequence, now, report.publish_time_ms,
+                                      member.joined if member is not None else now)
         tick_s = max(report.tick_ms, 1) / 1000.0
         groups = self.groups
         for g in report.groups:
@@ -114,7 +116,8 @@ class UsageMap:
         entries[self_id] = Entry(replace(usage, reports=history), now)
 
     def touch_self(self, self_id: str, incarnation: int, sequence: int, now: float, publish_ms: int) -> None:
-        self.members[self_id] = Member(incarnation, sequence, now, publish_ms)
+        was = self.members.get(self_id)
+        self.members[self_id] = Member(incarnation, sequence, now, publish_ms, was.joined if was is not None else now)
 
     def evict(self, daemon: str) -> None:
         self.members.pop(daemon, None)

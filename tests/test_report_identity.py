@@ -268,10 +268,38 @@ def test_newcomers_are_admitted_at_a_bounded_rate():
     k = keeper(signed=False, admissions_per_second=2.0, admission_burst=MEMBER_ADMISSION_BURST)
     reasons = [k.fold(report(daemon_id=f"fake{i}"), 0.0)[0].reason for i in range(100)]
     assert reasons.count("") == 8 and reasons.count(REJECT_MEMBER_RATE) == 92
-    # One second later two more; a known member is never held back.
+    # Without a report interval, one second later two more; a known member is never held back.
     reasons = [k.fold(report(daemon_id=f"late{i}"), 1.0)[0].reason for i in range(10)]
     assert reasons.count("") == 2
     assert k.fold(report(daemon_id="fake0", seq=2), 1.0)[0].accepted
+
+
+def test_daemons_that_keep_reporting_are_admitted_within_a_few_intervals():
+    """100 daemons starting together (a DaemonSet at PIP-82's size, each reporting every
+    second): every one a member within 7 s, not 46 s at 2 a second. No second admits more
+    newcomers than the established members (heard again a second after joining) or 8."""
+    k = keeper(signed=False, admissions_per_second=2.0, admission_burst=MEMBER_ADMISSION_BURST)
+    k.report_interval_seconds = 1.0
+    admitted_by = []
+    for second in range(8):
+        before = len(k.usage_map.members)
+        allowed = max(MEMBER_ADMISSION_BURST, k.established(float(second)))
+        for i in range(100):
+            k.fold(report(daemon_id=f"d{i}", seq=second + 1), float(second))
+        admitted_by.append(len(k.usage_map.members))
+        assert len(k.usage_map.members) - before <= allowed
+    assert admitted_by[6] == 100, admitted_by  # 8, 10, 18, 28, 46, 74, 100
+
+
+def test_made_up_ids_sent_once_do_not_open_the_door():
+    """A burst of 100 made-up ids every second, each id used once: they never report again,
+    so none becomes established and the door stays at 8, then 2 a second."""
+    k = keeper(signed=False, admissions_per_second=2.0, admission_burst=MEMBER_ADMISSION_BURST)
+    k.report_interval_seconds = 1.0
+    for second in range(10):
+        for i in range(100):
+            k.fold(report(daemon_id=f"fake{second}-{i}"), float(second))
+    assert len(k.usage_map.members) == 8 + 2 * 9
 
 
 def test_members_are_capped():
