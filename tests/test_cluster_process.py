@@ -141,3 +141,16 @@ def test_the_client_address_header_counts_only_behind_the_serving_process() -> N
     forwarded = make_mocked_request("PUT", "/admin/v2/resourcegroups/x", headers={CLIENT_ADDRESS_HEADER: "10.0.0.9"},
                                     app=behind)
     assert client_address(forwarded) == "10.0.0.9"
+
+
+def test_the_serving_process_imports_neither_numpy_nor_the_pulsar_client() -> None:
+    """The process answering brokers never calculates or touches the topic; numpy (+10 MB)
+    and the Pulsar client (+10 MB) in it were memory for nothing (numpy crept in once
+    through the calculator's batch)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rgd.serving_process; "
+            "print(sorted(m for m in ('numpy', 'pulsar', '_pulsar') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

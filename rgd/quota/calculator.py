@@ -29,12 +29,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from rgd.groups import KINDS, ResourceGroup
-from rgd.quota import doorman, max_min_fair, max_min_fair_batch, pulsar, static
+from rgd.quota import doorman, max_min_fair, pulsar, static
 from rgd.quota.inputs import DimensionInput, QuotaParams, Strategy
 from rgd.quota.model import GroupLimits, KindRates, PeerUsage, min_usage
+
+if TYPE_CHECKING:
+    from rgd.quota import max_min_fair_batch
 
 INF = math.inf
 DEFAULT_STRATEGY = "rgd"
@@ -394,7 +397,7 @@ def in_batch(call: CalculatorCall) -> bool:
     return not any(m > 0 and b > 0 for m, b in (call.group.rates(kind) for kind in KINDS))
 
 
-def _add_entries(problems: max_min_fair_batch.Segments, call: CalculatorCall, ids: list[str], kind: str,
+def _add_entries(problems: "max_min_fair_batch.Segments", call: CalculatorCall, ids: list[str], kind: str,
                  dim: str, granule: float) -> None:
     """The members with demand in one dimension of `call`'s map, in id order, as
     `dimension_inputs` would record them: peers' entries as held, ours as peers see it
@@ -432,6 +435,10 @@ def calculate_many(calls: Sequence[CalculatorCall]) -> list[GroupLimits]:
     the number of members, not a record for every daemon. The rest go to
     `compute_limits` one by one. tests/test_quota_batch.py compares the two on
     generated maps."""
+    # Imported here: numpy (+10 MB) stays out of `rgd run --cluster-process`'s serving
+    # process, which imports this module for start_seconds_for and never calculates.
+    from rgd.quota import max_min_fair_batch
+
     out: list[GroupLimits | None] = [None] * len(calls)
     by_params: dict[QuotaParams, list[int]] = {}
     for i, call in enumerate(calls):
