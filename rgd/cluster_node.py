@@ -498,6 +498,7 @@ class ClusterNode:
         self.hearing = hearing
         self.heard_since: float | None = clock() if hearing else None
         self._settled = False
+        self._settled_at = -math.inf
         self._had_peers = False  # some peer has reported since we started
         self.deaf_since: float | None = None
         self.members_at_deafness = 1
@@ -654,7 +655,18 @@ class ClusterNode:
                     self._settled = True
                 elif self.delay.samples:
                     self._settled = now - self.heard_since >= self.config.tick_seconds + self.delay.seconds() - 1e-9
+                if self._settled:
+                    self._settled_at = now
         return self._settled
+
+    def learning_the_map(self, now: float) -> bool:
+        """Unsettled, or settled less than a tick plus the delivery delay ago: peers' full
+        reports (each announces one when it finds us) may still be arriving, so a group
+        whose first entry we fold now existed before us; it is new to our map, not to
+        the cluster."""
+        if not self.settled(now):
+            return True
+        return now - self._settled_at < self.config.tick_seconds + self.delay.seconds()
 
     def fold_window(self) -> float:
         """How long after publishing a report every peer has it in force: the measured
@@ -678,8 +690,13 @@ class ClusterNode:
         until then every member took quota / members (the equal split), and from here
         each keeps that claim until it could have reported (see unreported_claims)."""
         if (name in self._new_groups or name not in self.groups() or self.config.strategy not in PEER_VIEW_STRATEGIES
-                or not self.settled(now)):
-            return  # unsettled (start-up): we may not know every member, so no even split to keep
+                or self.learning_the_map(now)):
+            # Still learning the map (start-up): we may not know every member, and a group
+            # new to us may be old to the cluster, so there is no even split to keep. (A
+            # same-id restart settles as soon as its predecessor's peers speak, and took the
+            # groups in their first reports for new ones: quota / members while the peer that
+            # had been alone there still held the whole quota, 20 % over it for a tick.)
+            return
         self._new_groups[name] = (now, frozenset(self.members()))
         if ours or any((name, k) in self.limiter.states for k in KINDS):
             self._claim_open.add(name)

@@ -225,14 +225,18 @@ H = ResourceGroup("h", publish_msgs=300)
 
 
 def three_with_new_group(clock: FakeClock) -> ClusterNode:
-    """a, settled beside b and c, with group h just created (nobody has reported it)."""
+    """a, settled beside b and c for a tick (past learning the map), with group h just
+    created (nobody has reported it)."""
     groups = {"g": G}
     a = ClusterNode(NodeConfig("a"), 1, clock, wall_ms, lambda: groups)
     a.receive(heartbeat("b", 1, clock.t), None, clock.t)
     a.receive(heartbeat("c", 1, clock.t), None, clock.t)
     clock.t += 1.0
     echo(a, clock, 0.0)
-    assert a.settled()
+    assert a.settled() and a.learning_the_map(clock.t)
+    clock.t += 1.0
+    echo(a, clock, 0.0)
+    assert not a.learning_the_map(clock.t)
     groups["h"] = H
     a.apply_config()
     return a

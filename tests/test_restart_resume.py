@@ -88,6 +88,25 @@ def test_after_a_graceful_leave_peers_hold_nothing_so_nothing_is_adopted() -> No
     assert a.settled() and a.limits_for(G)["publish"][0] == pytest.approx(FLOOR)
 
 
+def test_a_group_new_to_a_restarted_map_is_not_a_new_group() -> None:
+    """After a graceful leave, b alone held all of g (300). Our new incarnation, asked in g
+    at once, settles on b's first report, the one that brings g into our map: g is new to
+    us, not to the cluster. Taking it for a group's first demand claimed 300 / 2 = 150
+    while b still held 300 (fuzz case 458 of seed 1: 20 % over for a tick); it is the
+    floor until b has folded our report."""
+    clock = FakeClock()
+    old = busy_predecessor(clock)
+    old.leaving_report(clock.t)
+    resume = old.resume_state()
+    clock.t += 1.0
+    a = node(clock, 2, resume)
+    a.hello_report(clock.t)
+    a.limiter.acquire(G, "publish", 1, 100, "g/ns", now=clock.t)  # brokers ask at once
+    a.receive(peer_report(3, clock.t), None, clock.t)
+    assert a.settled() and a.learning_the_map(clock.t)
+    assert a.limits_for(G)["publish"][0] == pytest.approx(FLOOR)
+
+
 def test_a_restart_after_the_ttl_starts_as_a_newcomer() -> None:
     clock = FakeClock()
     resume = busy_predecessor(clock).resume_state()
