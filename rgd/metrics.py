@@ -66,6 +66,14 @@ class LimiterCollector(Collector):
         members = GaugeMetricFamily("rgd_cluster_members", "Daemons in the usage map (self included)")
         members.add_metric([], len(d.usage_map.members))
         yield from (oldest, members)
+        # Reports received and not yet folded: a daemon that reads the topic behind shows it
+        # here first (and in memory: the inbox holds up to MAX_INBOX_BYTES), before the
+        # inbox_full rejections and the reports lost that follow.
+        inbox = GaugeMetricFamily("rgd_inbox_reports", "Reports received from the topic and not yet folded")
+        inbox.add_metric([], d.inbox.qsize())
+        inbox_bytes = GaugeMetricFamily("rgd_inbox_bytes", "Bytes of the reports received and not yet folded")
+        inbox_bytes.add_metric([], d.inbox_bytes)
+        yield from (inbox, inbox_bytes)
         if not d.behind_serving_process:  # else the serving process's listeners are the daemon's
             yield from http_connection_families(d.connection_guard, d.settings.http_max_connections)
         guard = d.log_guard

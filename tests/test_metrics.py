@@ -95,3 +95,18 @@ async def test_head_then_get_on_one_connection(tmp_path: Path) -> None:
         await asyncio.to_thread(assert_head_then_get_metrics, str(server.make_url("/")))
     finally:
         await server.close()
+
+
+def test_the_inbox_backlog_is_exported(tmp_path: Path) -> None:
+    """Reports waiting to be folded, in count and bytes, as the daemon's inbox holds them."""
+    from rgd.transport import Received
+
+    daemon = _daemon(tmp_path)
+    families = {f.name: f for f in text_string_to_metric_families(daemon.metrics.render().decode())}
+    assert families["rgd_inbox_reports"].samples[0].value == 0
+    for size in (100, 250):
+        daemon.inbox.put_nowait(Received(b"x" * size, {}, 0))
+        daemon.inbox_bytes += size
+    families = {f.name: f for f in text_string_to_metric_families(daemon.metrics.render().decode())}
+    assert families["rgd_inbox_reports"].samples[0].value == 2
+    assert families["rgd_inbox_bytes"].samples[0].value == 350
