@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -14,6 +15,11 @@ from typing import Any, Sequence
 from rgd import __version__
 from rgd.gc_pacing import GcPacer
 from rgd.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolve
+
+# A daemon's graceful stop takes at most ~2 s (leaving report) + 4 s (Pulsar close) + 5 s
+# (an embedded broker's stop); past this it is hung (see _stop). Within Kubernetes' 30 s
+# grace and the 20 s rgd up and the tests wait (rgd.daemon_process.DaemonProcess.stop).
+STOP_WATCHDOG_SECONDS = 15.0
 
 
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -104,7 +110,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
     if settings.cluster_process:
         from rgd.serving_process import ServingProcess
 
-        return _run_loop(_serve(ServingProcess(settings, doc, ns.log_level), pace_gc=False), settings.event_loop)
+        # No watchdog: its stop waits for the cluster process's (rgd.serving_process.STOP_SECONDS).
+        return _run_loop(_serve(ServingProcess(settings, doc, ns.log_level), pace_gc=False, stop_watchdog=None),
+                         settings.event_loop)
     from rgd.daemon import Daemon
 
     return _run_loop(_serve(Daemon(settings, doc)), settings.event_loop)
@@ -125,7 +133,7 @@ def _run_loop(main: Any, event_loop: str) -> int:
     return asyncio.run(main)
 
 
-async def _serve(daemon: Any, pace_gc: bool = True) -> int:
+async def _serve(daemon: Any, pace_gc: bool = True, stop_watchdog: float | None = STOP_WATCHDOG_SECONDS) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -134,7 +142,7 @@ async def _serve(daemon: Any, pace_gc: bool = True) -> int:
         await daemon.start()
     except Exception as exc:
         logging.getLogger("rgd").error("startup failed: %s", exc)
-        await daemon.stop()
+        await _stop(daemon, stop_watchdog)
         return 1
     # This process is the daemon's: full collections paced by the heap's growth, and what
     # is loaded so far (modules, the app, the clients) frozen now (see rgd.gc_pacing).
@@ -149,8 +157,23 @@ async def _serve(daemon: Any, pace_gc: bool = True) -> int:
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for w in waits:
         w.cancel()
-    await daemon.stop()
+    await _stop(daemon, stop_watchdog)
     return 1 if getattr(daemon, "failed", None) else 0
+
+
+async def _stop(daemon: Any, watchdog: float | None) -> None:
+    """The graceful stop, under a watchdog: every step of it is bounded (the leaving report,
+    the Pulsar close, the embedded broker's stop), so one that still runs past `watchdog`
+    is hung where no asyncio timeout reaches (a library thread holding what the loop waits
+    on). faulthandler's watchdog is a C thread: it prints every thread's stack to the log
+    and exits with status 1, where a supervisor's SIGKILL would leave no trace of where."""
+    if watchdog is not None:
+        faulthandler.dump_traceback_later(watchdog, exit=True)
+    try:
+        await daemon.stop()
+    finally:
+        if watchdog is not None:
+            faulthandler.cancel_dump_traceback_later()
 
 
 def cmd_up(ns: argparse.Namespace) -> int:

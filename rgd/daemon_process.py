@@ -81,8 +81,10 @@ class DaemonProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(sig)
 
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM (graceful, sends the leaving report), then SIGKILL if it hangs."""
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM (graceful, sends the leaving report), then SIGKILL if it hangs. The daemon
+        bounds its own stop (rgd.cli.STOP_WATCHDOG_SECONDS) and says where it hung; this
+        waits longer, so that account is what we read."""
         if self.process is None:
             return None
         self.signal(signal.SIGTERM)

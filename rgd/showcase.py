@@ -243,6 +243,10 @@ def run_showcase(ns: argparse.Namespace) -> int:
         broker.stop()
     if any(c not in (0, None) for c in codes):
         console.print(f"[red]a daemon exited badly: {codes}[/]")
+        for d, code in zip(daemons, codes):  # why, here: a CI run deletes the logs with its scratch
+            if code not in (0, None):
+                console.print(f"{d.daemon_id} ({d.log_path}), the end of its output:{d.log_tail(40)}",
+                              markup=False, highlight=False, soft_wrap=True)
         return 1
     if not ns.no_report:
         try:

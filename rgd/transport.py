@@ -23,7 +23,7 @@ log = logging.getLogger("rgd.transport")
 # The C++ client logs through this logger at whatever level it allows; its INFO/DEBUG
 # lines (every reconnect attempt) would drown the daemon's own log.
 logging.getLogger("pulsar").setLevel(logging.WARNING)
-CLOSE_TIMEOUT = 2.0  # seconds per close step (PulsarSession.close)
+CLOSE_TIMEOUT = 2.0  # seconds for each of the two close steps (PulsarSession.close)
 # Receives asked for ahead of need, and messages between two (cumulative) acks: see
 # PulsarSession.receive_report.
 RECEIVE_AHEAD = 16
@@ -141,24 +141,34 @@ class PulsarSession:
         return msg.data()
 
     async def close(self) -> None:
-        """Close everything, each step bounded by CLOSE_TIMEOUT: the client completes a close
-        through a callback from its own threads, and one that never comes (a broker that
-        stopped answering, a consumer closed with a receive still pending) would otherwise
-        hold a stopping daemon for ever (seen: a test's teardown hung in it for minutes)."""
+        """Close everything within two CLOSE_TIMEOUTs: the producers, the consumer and the
+        reader together, then the client. The client completes a close through a callback
+        from its own threads, and one that never comes (a broker that stopped answering, a
+        consumer closed with receives still pending) would otherwise hold a stopping daemon
+        for ever (seen: a test's teardown hung in it for minutes). One bound per step, five
+        steps in a row, let a stop take 2 s for the leaving report and 10 s here, past the
+        10 s a supervisor (rgd up) waits after SIGTERM: a daemon was SIGKILLed once in CI."""
         hung = False
         for pending in (*self._receiving, *self._acking):
             if pending.done() and not pending.cancelled():
                 pending.exception()  # retrieved: a failed receive is why we close, not news
             pending.cancel()
         self._receiving.clear()
-        for closer in (self.producer, self.consumer, self.config_producer, self.config_reader, self.client):
-            if closer is not None:
-                try:
-                    await asyncio.wait_for(closer.close(), CLOSE_TIMEOUT)
-                except asyncio.TimeoutError:
-                    hung = True
-                except Exception:  # closing during an outage: nothing more to do
-                    pass
+        parts = [p for p in (self.producer, self.consumer, self.config_producer, self.config_reader) if p is not None]
+        closes = [asyncio.ensure_future(p.close()) for p in parts]
+        if closes:
+            done, hanging = await asyncio.wait(closes, timeout=CLOSE_TIMEOUT)
+            for c in done:
+                c.exception()  # closing during an outage fails: nothing more to do
+            for c in hanging:
+                c.cancel()
+            hung = bool(hanging)
+        try:
+            await asyncio.wait_for(self.client.close(), CLOSE_TIMEOUT)
+        except asyncio.TimeoutError:
+            hung = True
+        except Exception:  # closing during an outage: nothing more to do
+            pass
         if hung:
             # A client whose close never completed still has its threads; if the garbage
             # collector freed it, its destructor could run on one of them and abort the

@@ -1,4 +1,4 @@
-"""A daemon that fails to start says why in the exception, not only in a log file.
+"""A daemon that fails to start, or hangs in its stop, says why where it is read, not only in a log file.
 
 `rgd up` and CI runs delete or bury their scratch directories, so the reason a daemon
 exited must travel in the error itself.
@@ -6,6 +6,9 @@ exited must travel in the error itself.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,3 +27,33 @@ def test_failed_start_quotes_the_daemons_own_error(tmp_path: Path) -> None:
     message = str(info.value)
     assert "bad exited with" in message
     assert "tick" in message.split("(log:", 1)[1], message  # the daemon's own words about the bad setting
+
+
+HANGING_STOP = """
+import asyncio, sys, time
+from rgd import cli
+
+class HangingDaemon:
+    async def stop(self):
+        time.sleep(30)  # hung where no asyncio timeout reaches: the loop itself is held
+
+asyncio.run(cli._stop(HangingDaemon(), float(sys.argv[1])))
+"""
+
+
+def test_a_stop_that_hangs_exits_with_every_threads_stack(tmp_path: Path) -> None:
+    """A stop hung past the watchdog ends the process itself (status 1) and leaves where it
+    hung in its output; a supervisor's SIGKILL (what `rgd up` did once in CI after 10 s)
+    leaves nothing to read."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", HANGING_STOP, "1.0"], capture_output=True, text=True, timeout=25)
+    took = time.monotonic() - started
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert took < 20, took
+    assert "Timeout" in done.stderr and "in stop" in done.stderr, done.stderr
+
+
+def test_a_stop_within_the_watchdog_exits_cleanly(tmp_path: Path) -> None:
+    quick = HANGING_STOP.replace("time.sleep(30)", "time.sleep(0.1)")
+    done = subprocess.run([sys.executable, "-c", quick, "5.0"], capture_output=True, text=True, timeout=25)
+    assert done.returncode == 0 and "Timeout" not in done.stderr, done.stderr
