@@ -251,3 +251,30 @@ def test_jain_counts_one_message_off_as_none() -> None:
 
     assert jain(tick(1.0)) == pytest.approx(1.0) and jain(tick(0.0)) == pytest.approx(1.0)
     assert jain(tick(3.0)) < 0.7
+
+
+def test_no_ask_is_larger_than_one_pulsar_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ask is one publish, and Pulsar refuses a message over 5 MiB (maxMessageSize's
+    default, Commands.DEFAULT_MAX_MESSAGE_SIZE). Here a sixteenth of a sub-step's demand is
+    2 000 messages of 30 000 bytes (60 MB): asked at once, it passed whole on a full bucket
+    and a 1 s window saw one or two of them (fuzz case 347 of seed 1, 15 % over the quota)."""
+    from rgd.limiter import Limiter
+    from sim import engine
+
+    asked: list[int] = []
+    acquire = Limiter.acquire
+
+    def recording(self, group, kind, messages, nbytes, *args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(nbytes)
+        return acquire(self, group, kind, messages, nbytes, *args, **kwargs)
+
+    monkeypatch.setattr(Limiter, "acquire", recording)
+    doc = {"ticks": 4, "daemons": ["a", "b"],
+           "groups": {"g": {"publishRateInMsgs": 10_000, "publishRateInBytes": 80_000_000}},
+           "message_sizes": {"g": 30_000}, "demand": {"g": {"a": 160_000, "b": 500}}}
+    result = run(parse(doc), "rgd")
+    assert engine.MAX_ASK_BYTES == 5 * 1024 * 1024
+    assert asked and max(asked) <= engine.MAX_ASK_BYTES
+    assert max(asked) > engine.MAX_ASK_BYTES - 30_000  # as large as the cap lets it be, not smaller
+    # the whole demand still arrives: a's offered rate is what the scenario says
+    assert result.dims["g/publish"][2].offered["a"] > 0
