@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -147,9 +149,6 @@ def test_the_serving_process_imports_neither_numpy_nor_the_pulsar_client() -> No
     """The process answering brokers never calculates or touches the topic; numpy (+10 MB)
     and the Pulsar client (+10 MB) in it were memory for nothing (numpy crept in once
     through the calculator's batch)."""
-    import subprocess
-    import sys
-
     code = ("import sys, rgd.serving_process; "
             "print(sorted(m for m in ('numpy', 'pulsar', '_pulsar') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -256,8 +256,8 @@ def test_jain_counts_one_message_off_as_none() -> None:
 def test_no_ask_is_larger_than_one_pulsar_message(monkeypatch: pytest.MonkeyPatch) -> None:
     """An ask is one publish, and Pulsar refuses a message over 5 MiB (maxMessageSize's
     default, Commands.DEFAULT_MAX_MESSAGE_SIZE). Here a sixteenth of a sub-step's demand is
-    2 000 messages of 30 000 bytes (60 MB): asked at once, it passed whole on a full bucket
-    and a 1 s window saw one or two of them (fuzz case 347 of seed 1, 15 % over the quota)."""
+    1 000 messages of 30 000 bytes (30 MB): asked at once, it passed whole on a full bucket
+    and a 1 s window saw one or two of them (fuzz case 347 of seed 1, 15.4 % over the quota)."""
     from rgd.limiter import Limiter
     from sim import engine
 
