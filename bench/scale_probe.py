@@ -598,6 +598,7 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "cluster_cpu_ms_per_tick": 1000 * (cpu1[1] - cpu0[1]) / load_ticks if children else None,
         "rss_start_mb": rss_start, "rss_max_mb": max(figures.rss_mb, default=0.0),
         "rss_own_max_mb": max(figures.rss_own_mb, default=0.0), "pss_max_mb": max(figures.pss_mb, default=0.0),
+        "rss_mb_each_second": [round(x, 1) for x in figures.rss_mb],
         "metrics_max_s": max(figures.metrics_s, default=float("nan")),
         "peer_rounds": figures.rounds, "peer_round_lag_max_s": max(figures.round_lag_s, default=0.0),
         "peer_mb_published": figures.published_bytes / 1e6, "usage_posts": figures.usage_posts,
@@ -681,6 +682,9 @@ def print_result(r: dict) -> None:
     print(f"all own reports (tick, early, restatements: {r['reports_after_first']}) per tick: {_kb(a['none'])} "
           f"(lz4 {_kb(a['lz4'])}, zstd {_kb(a['zstd'])})")
     print("counted over the run: " + ", ".join(f"{k} {v:.0f}" for k, v in r.get("counted", {}).items()))
+    series = r.get("rss_mb_each_second") or []
+    if series:  # where the peak is: the first round's full reports, or growth
+        print("RSS every 5 s (MB): " + " ".join(f"{x:.0f}" for x in series[::5]))
     for name, m, b, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}: {m} (bound {b})")
 

@@ -2,7 +2,7 @@
 
 The cluster logic (collect -> report -> read -> compute) is `ClusterNode`'s,
 without I/O, shared with the simulator; this module is its edges: publishing
-and signing reports, receiving them into an inbox drained once per tick, the
+and signing reports, vetting received ones into an inbox folded between ticks, the
 usage log, metrics, config from the file and the config topic. Reports are
 folded as they arrive (every react interval, a twentieth of a tick), not only on the tick. Each concern is
 a small asyncio task; `stop()` publishes the `leaving` report, cancels the
@@ -16,6 +16,7 @@ import logging
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,10 @@ from rgd.pulsar_metrics import PulsarMetrics
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import INF
 from rgd.report_builder import bound_report
-from rgd.report_codec import HmacKeys, serialize_report
+from rgd.report_codec import HmacKeys, Rejected, serialize_report
 from rgd.settings import Settings
 from rgd.suppression import SuppressionPolicy
-from rgd.transport import PulsarSession, Received
+from rgd.transport import PulsarSession
 from rgd.usage_log import UsageLog
 from rgd.usage_log.guard import LogGuard
 from rgd.usage_log.resume import resume_from_log
@@ -50,14 +51,25 @@ from rgd.wire.usage_report_pb2 import UsageReport
 log = logging.getLogger("rgd.daemon")
 
 MAX_INBOX = 10_000  # reports waiting to be folded; beyond this the oldest are dropped
-# ... and beyond this many bytes: 99 peers' 5 000-group reports are ~0.5 MB each, so a daemon
-# that falls behind would otherwise hold gigabytes of reports it will fold too late anyway.
+# ... and beyond this many bytes (of the entries we fold, as vetted on arrival): a daemon
+# that falls behind would otherwise hold reports it will fold too late anyway.
 MAX_INBOX_BYTES = 64 * 1024 * 1024
 REACTS_PER_TICK = 20  # between ticks: fold, early reports, recompute what changed, this often
 MEMBER_ADMISSIONS_PER_TICK = 2.0  # unsigned reports: new daemon ids admitted per tick after a burst of 8
 INLINE_GROUPS = 250  # a recompute of more groups runs the calculator off the event loop, this many at a time
 DRAIN_SLICE = 0.004  # folding reports yields to the loop this often (seconds)
 CALC_DUTY = 0.5  # large recomputes take at most this share of the time (see Daemon.recompute)
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """A report vetted as it arrived (ClusterNode.vet: only the entries we fold), waiting
+    in the inbox to be folded."""
+
+    report: UsageReport
+    raw: bytes  # the message as received, kept only when the usage log keeps receipts' payloads
+    size: int  # what it holds, in bytes (MAX_INBOX_BYTES counts this)
+    received_at: float  # wall clock, for the usage log's receipt
 
 
 class Daemon:
@@ -97,7 +109,7 @@ class Daemon:
         self.limiter: Limiter = self.node.limiter  # the node's, for good: a plain attribute for the hot path
         self.admin_tokens = _load_tokens(settings.admin_tokens_file)
         self.last_local_rates: dict[tuple[str, str], tuple[float, float]] = {}
-        self.inbox: asyncio.Queue[Received] = asyncio.Queue(MAX_INBOX)
+        self.inbox: asyncio.Queue[Inbound] = asyncio.Queue(MAX_INBOX)
         self.inbox_bytes = 0
         self.session: PulsarSession | None = None
         # Whether the broker carries messages, not just whether its socket is open.
@@ -323,13 +335,26 @@ class Daemon:
                 await session.close()
 
     async def _receive_loop(self, session: PulsarSession) -> None:
+        """Vet each message as it arrives and queue what we fold of it. Vetting here, not
+        when the inbox is drained, is what bounds our memory at PIP-82's scale: a peer's
+        report is ~0.9 MB of which we fold a few percent, and a second of 99 of them waiting
+        whole held ~60 MB. The cost is the same, one message at a time between asks."""
+        keep_raw = self.usage_log is not None and self.usage_log.keep_receipt_payloads
         while True:
             msg = await session.receive_report()
-            while self.inbox.full() or (self.inbox_bytes + len(msg.data) > MAX_INBOX_BYTES and not self.inbox.empty()):
-                self.inbox_bytes -= len(self.inbox.get_nowait().data)
+            try:
+                report = self.node.vet(msg.data, msg.properties, self.clock())
+            except Rejected as exc:
+                self.metrics.reports_rejected.labels(exc.reason).inc()
+                continue
+            raw = msg.data if keep_raw else b""
+            item = Inbound(report, raw, report.ByteSize() + len(raw), time.time())
+            del msg  # the message's bytes go now, not when the next one arrives
+            while self.inbox.full() or (self.inbox_bytes + item.size > MAX_INBOX_BYTES and not self.inbox.empty()):
+                self.inbox_bytes -= self.inbox.get_nowait().size
                 self.metrics.reports_rejected.labels("inbox_full").inc()
-            self.inbox.put_nowait(msg)
-            self.inbox_bytes += len(msg.data)
+            self.inbox.put_nowait(item)
+            self.inbox_bytes += item.size
 
     async def _config_loop(self, session: PulsarSession) -> None:
         while True:
@@ -625,9 +650,9 @@ class Daemon:
                 slice_end = time.perf_counter() + DRAIN_SLICE
                 continue
             waiting -= 1
-            msg = self.inbox.get_nowait()
-            self.inbox_bytes -= len(msg.data)
-            receipt = self.node.receive(msg.data, msg.properties, now)
+            item = self.inbox.get_nowait()
+            self.inbox_bytes -= item.size
+            receipt = self.node.fold(item.report, now)
             if receipt.reason == REJECT_OWN:
                 assert receipt.report is not None
                 self.liveness.echoed(receipt.report.sequence, now)
@@ -647,7 +672,7 @@ class Daemon:
             elif receipt.new_member:
                 newcomers.append(receipt.report.daemon_id)
             if self.log_guard is not None:
-                self.log_guard.append_receipt(receipt.report, msg.data, time.time())
+                self.log_guard.append_receipt(receipt.report, item.raw, item.received_at)
         return newcomers
 
     # -- admin stats -----------------------------------------------------------------------

@@ -9,7 +9,7 @@ ordinary prometheus-client objects.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 
 MAX_PEER_SERIES = 20_000  # rgd_peer_usage_rate samples per scrape at most
+# A per-group family is built and rendered this many samples at a time (see in_parts).
+SAMPLES_PER_PART = 2_000
 
 
 def _finite(x: float) -> float:
@@ -44,6 +46,25 @@ def http_connection_families(conns: "ConnectionGuard | None", configured_limit: 
     yield from (open_, limit_, shed)
 
 
+def in_parts(new_family: Callable[[], Metric], samples: Iterable[tuple[list[str], float]]) -> Iterator[Metric]:
+    """One family as consecutive parts of at most SAMPLES_PER_PART samples, each a family of
+    the same name (at least one, so an empty family still has its header). Rendered by
+    `exposition_chunks`, they are one family in the text. At 5 000 groups a per-group family
+    is 10 000-20 000 samples, ~10 MB of label dicts, sample tuples and text while it is
+    built and rendered: each scrape raised the daemon's RSS by that much
+    (bench/scale_probe.py prints RSS every 5 s)."""
+    family = new_family()
+    count = 0
+    for labels, value in samples:
+        if count == SAMPLES_PER_PART:
+            yield family
+            family = new_family()
+            count = 0
+        family.add_metric(labels, value)
+        count += 1
+    yield family
+
+
 class LimiterCollector(Collector):
     """Per-group families built one at a time, as the exposition asks for the next: at 5 000
     groups a scrape is ~10^5 samples, and building every family before rendering any held
@@ -56,10 +77,10 @@ class LimiterCollector(Collector):
     def collect(self) -> Iterable:
         d = self.daemon
         yield from self._counters()
-        yield self._events()
-        yield self._limits()
-        yield self._quotas()
-        yield self._used()
+        yield from self._events()
+        yield from self._limits()
+        yield from self._quotas()
+        yield from self._used()
         yield from self._peer_usage()
         oldest = GaugeMetricFamily("rgd_usage_map_oldest_report_age_seconds", "Age of the oldest report in the usage map")
         oldest.add_metric([], d.usage_map.oldest_report_age(d.clock()))
@@ -99,76 +120,74 @@ class LimiterCollector(Collector):
             ("rgd_throttled_messages", "Messages denied", "total_throttled_messages"),
             ("rgd_throttled_bytes", "Bytes denied", "total_throttled_bytes"),
         ):
-            family = CounterMetricFamily(name, help_text, labels=["group", "kind"])
-            for (group, kind), st in list(self.daemon.limiter.states.items()):
-                family.add_metric([group, kind], getattr(st, field))
-            yield family
+            states = list(self.daemon.limiter.states.items())
+            yield from in_parts(lambda: CounterMetricFamily(name, help_text, labels=["group", "kind"]),
+                                (([group, kind], getattr(st, field)) for (group, kind), st in states))
 
-    def _events(self) -> Metric:
-        events = CounterMetricFamily(
-            "rgd_throttled_events", "Denied requests by the limit that denied them",
-            labels=["group", "kind", "reason"],
-        )
-        for (group, kind), st in list(self.daemon.limiter.states.items()):
-            for reason, n in list(st.throttled_events.items()):
-                events.add_metric([group, kind, reason], n)
-        return events
+    def _events(self) -> Iterator[Metric]:
+        states = list(self.daemon.limiter.states.items())
+        yield from in_parts(
+            lambda: CounterMetricFamily("rgd_throttled_events", "Denied requests by the limit that denied them",
+                                        labels=["group", "kind", "reason"]),
+            (([group, kind, reason], n) for (group, kind), st in states
+             for reason, n in list(st.throttled_events.items())))
 
-    def _limits(self) -> Metric:
-        limit = GaugeMetricFamily(
-            "rgd_local_limit", "Local limit in force per second (-1 = unlimited)", labels=["group", "kind", "unit"]
-        )
-        for (group, kind), st in list(self.daemon.limiter.states.items()):
-            limit.add_metric([group, kind, "messages"], _finite(st.messages.rate))
-            limit.add_metric([group, kind, "bytes"], _finite(st.bytes.rate))
-        return limit
+    def _limits(self) -> Iterator[Metric]:
+        states = list(self.daemon.limiter.states.items())
+        yield from in_parts(
+            lambda: GaugeMetricFamily("rgd_local_limit", "Local limit in force per second (-1 = unlimited)",
+                                      labels=["group", "kind", "unit"]),
+            (([group, kind, unit], _finite(bucket.rate)) for (group, kind), st in states
+             for unit, bucket in (("messages", st.messages), ("bytes", st.bytes))))
 
-    def _quotas(self) -> Metric:
-        quota = GaugeMetricFamily(
-            "rgd_quota", "Cluster-wide quota per second (-1 = unlimited)", labels=["group", "kind", "unit"]
-        )
+    def _quotas(self) -> Iterator[Metric]:
         groups = self.daemon.config.effective.groups
-        for group, kind in list(self.daemon.limiter.states):
-            g = groups.get(group)
-            if g is not None:
-                qm, qb = g.rates(kind)
-                quota.add_metric([group, kind, "messages"], qm)
-                quota.add_metric([group, kind, "bytes"], qb)
-        return quota
+        keys = list(self.daemon.limiter.states)
 
-    def _used(self) -> Metric:
-        used = GaugeMetricFamily(
-            "rgd_used_rate", "This daemon's admitted rate in the last tick", labels=["group", "kind", "unit"]
-        )
-        for (group, kind), rates in list(self.daemon.last_local_rates.items()):
-            used.add_metric([group, kind, "messages"], rates[0])
-            used.add_metric([group, kind, "bytes"], rates[1])
-        return used
+        def samples() -> Iterator[tuple[list[str], float]]:
+            for group, kind in keys:
+                g = groups.get(group)
+                if g is not None:
+                    qm, qb = g.rates(kind)
+                    yield [group, kind, "messages"], qm
+                    yield [group, kind, "bytes"], qb
+
+        yield from in_parts(
+            lambda: GaugeMetricFamily("rgd_quota", "Cluster-wide quota per second (-1 = unlimited)",
+                                      labels=["group", "kind", "unit"]), samples())
+
+    def _used(self) -> Iterator[Metric]:
+        rates = list(self.daemon.last_local_rates.items())
+        yield from in_parts(
+            lambda: GaugeMetricFamily("rgd_used_rate", "This daemon's admitted rate in the last tick",
+                                      labels=["group", "kind", "unit"]),
+            (([group, kind, unit], r) for (group, kind), pair in rates
+             for unit, r in (("messages", pair[0]), ("bytes", pair[1]))))
 
     def _peer_usage(self) -> Iterator[Metric]:
         # Every (group, daemon, kind) of the map is 150 000 series at PIP-82's scale (5 000
         # groups on 5 daemons each): more than a scrape should carry, and a second of the
         # daemon's CPU to render. So a kind that reported nothing admitted is left out (absent
         # means idle), and beyond MAX_PEER_SERIES samples the rest are only counted.
-        peer = GaugeMetricFamily(
-            "rgd_peer_usage_rate", "Admitted rate each daemon last reported",
-            labels=["group", "daemon", "kind", "unit"],
-        )
         emitted = dropped = 0
-        for group, entries in list(self.daemon.usage_map.groups.items()):
-            for daemon_id, entry in list(entries.items()):
-                for kind in KINDS:
-                    k = entry.usage.kind(kind)
-                    if not (k.admitted_messages or k.admitted_bytes):
-                        continue
-                    if emitted >= MAX_PEER_SERIES:
-                        dropped += 2
-                        continue
-                    peer.add_metric([group, daemon_id, kind, "messages"], k.admitted_messages)
-                    peer.add_metric([group, daemon_id, kind, "bytes"], k.admitted_bytes)
-                    emitted += 2
-        yield peer
-        del peer  # rendered: free it before the next family
+
+        def samples() -> Iterator[tuple[list[str], float]]:
+            nonlocal emitted, dropped
+            for group, entries in list(self.daemon.usage_map.groups.items()):
+                for daemon_id, entry in list(entries.items()):
+                    for kind in KINDS:
+                        k = entry.usage.kind(kind)
+                        if not (k.admitted_messages or k.admitted_bytes):
+                            continue
+                        if emitted >= MAX_PEER_SERIES:
+                            dropped += 2
+                            continue
+                        yield [group, daemon_id, kind, "messages"], k.admitted_messages
+                        yield [group, daemon_id, kind, "bytes"], k.admitted_bytes
+                        emitted += 2
+
+        yield from in_parts(lambda: GaugeMetricFamily("rgd_peer_usage_rate", "Admitted rate each daemon last reported",
+                                                      labels=["group", "daemon", "kind", "unit"]), samples())
         peer_dropped = GaugeMetricFamily("rgd_peer_usage_series_dropped",
                                          f"rgd_peer_usage_rate samples left out beyond {MAX_PEER_SERIES}")
         peer_dropped.add_metric([], dropped)
@@ -184,11 +203,17 @@ class _OneFamily(Collector):
 
 
 def exposition_chunks(registry: Collector) -> Iterator[bytes]:
-    """The text exposition of `registry`, one metric family at a time. Concatenated, the
-    chunks are `generate_latest(registry)`; streamed, only one family and its text are alive
-    at once (a scrape at 5 000 groups is ~8 MB of text)."""
+    """The text exposition of `registry`, one metric family (or part of one, see in_parts)
+    at a time. Concatenated, the chunks are `generate_latest(registry)` with each family's
+    parts as one family; streamed, only one part and its text are alive at once (a scrape at
+    5 000 groups is ~8 MB of text)."""
+    previous = None
     for family in registry.collect():
-        yield generate_latest(_OneFamily(family))
+        text = generate_latest(_OneFamily(family))
+        if family.name == previous:  # a further part: its samples, without the header again
+            text = b"".join(line for line in text.splitlines(keepends=True) if not line.startswith(b"# "))
+        previous = family.name
+        yield text
 
 
 class Metrics:
@@ -257,4 +282,5 @@ class Metrics:
         return exposition_chunks(self.registry)
 
 
-__all__ = ["MAX_PEER_SERIES", "LimiterCollector", "Metrics", "exposition_chunks", "http_connection_families"]
+__all__ = ["MAX_PEER_SERIES", "SAMPLES_PER_PART", "LimiterCollector", "Metrics", "exposition_chunks",
+           "http_connection_families", "in_parts"]

@@ -228,3 +228,22 @@ def test_the_cap_needs_no_walk_unless_the_tag_byte_is_dense(monkeypatch) -> None
     with pytest.raises(Rejected) as exc:  # dense: walked, and stopped at the cap
         decode(flood, FoldScope({"g1"}), max_groups=100)
     assert exc.value.reason == REJECT_TOO_MANY_GROUPS and walks == [100]
+
+
+def test_our_own_report_comes_back_with_its_header_alone() -> None:
+    # Nothing folds our own entries: the echo needs the sequence and the publish time.
+    # Even an entry that would not parse is not looked at; another incarnation of our id
+    # is still a spoof.
+    own = report([], sender="me", sequence=5)
+    own.incarnation = 1
+    broken = bytes([0x0A, 0x7F, 0x41])
+    data = with_index(own, [entry("a", 1).SerializeToString(), broken], [key("a"), key("b")])
+    own.groups.append(entry("a", 1))
+    out = decode(data, FoldScope({"a", "b"}))
+    assert len(out.groups) == 0
+    assert (out.daemon_id, out.sequence, out.incarnation, out.tick_ms, out.publish_time_ms) == (
+        "me", 5, 1, 1000, NOW_MS)
+    own.incarnation = 2
+    with pytest.raises(Rejected) as exc:
+        decode(serialize_report(own), FoldScope({"a"}))
+    assert exc.value.reason == "spoofed_self"

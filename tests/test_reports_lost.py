@@ -17,7 +17,6 @@ from rgd.config_file import load_config
 from rgd.daemon import Daemon
 from rgd.embedded_broker import start_or_join
 from rgd.settings import Settings, validate
-from rgd.wire.usage_report_pb2 import UsageReport
 
 from tests.conftest import wait_for, write_config
 
@@ -82,7 +81,7 @@ async def test_reports_published_and_missed_are_counted_exactly(broker, tmp_path
 
         def drop_bs(msg) -> None:  # the topic loses every report of b's on its way to a
             nonlocal missed
-            if UsageReport.FromString(msg.data).daemon_id == "b":
+            if msg.report.daemon_id == "b":
                 missed += 1
             else:
                 deliver(msg)
