@@ -38,7 +38,7 @@ from rgd.pulsar_metrics import PulsarMetrics
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import INF
 from rgd.report_builder import bound_report
-from rgd.report_codec import HmacKeys, Rejected, serialize_report
+from rgd.report_codec import REJECT_MALFORMED, HmacKeys, Rejected, serialize_report
 from rgd.settings import Settings
 from rgd.suppression import SuppressionPolicy
 from rgd.transport import PulsarSession
@@ -346,6 +346,10 @@ class Daemon:
                 report = self.node.vet(msg.data, msg.properties, self.clock())
             except Rejected as exc:
                 self.metrics.reports_rejected.labels(exc.reason).inc()
+                continue
+            except Exception:  # a message our vetting did not foresee: never a reason to reopen the session
+                log.exception("a report from the topic could not be vetted; dropped")
+                self.metrics.reports_rejected.labels(REJECT_MALFORMED).inc()
                 continue
             raw = msg.data if keep_raw else b""
             item = Inbound(report, raw, report.ByteSize() + len(raw), time.time())
