@@ -57,7 +57,7 @@ MAX_INBOX_BYTES = 64 * 1024 * 1024
 REACTS_PER_TICK = 20  # between ticks: fold, early reports, recompute what changed, this often
 MEMBER_ADMISSIONS_PER_TICK = 2.0  # unsigned reports: new daemon ids admitted per tick after a burst of 8
 INLINE_GROUPS = 250  # a recompute of more groups runs the calculator off the event loop, this many at a time
-DRAIN_SLICE = 0.004  # folding reports yields to the loop this often (seconds)
+DRAIN_SLICE = 0.004  # vetting and folding reports yield to the loop this often (seconds)
 CALC_DUTY = 0.5  # large recomputes take at most this share of the time (see Daemon.recompute)
 
 
@@ -340,7 +340,14 @@ class Daemon:
         report is ~0.9 MB of which we fold a few percent, and a second of 99 of them waiting
         whole held ~60 MB. The cost is the same, one message at a time between asks."""
         keep_raw = self.usage_log is not None and self.usage_log.keep_receipt_payloads
+        slice_end = time.perf_counter() + DRAIN_SLICE
         while True:
+            if time.perf_counter() > slice_end:
+                # Receives asked for ahead complete without a pause when reports queue up (the
+                # first round's 99 full reports), and vetting each takes a millisecond or more:
+                # back to back, 16 and more of them held asks up to 100 ms.
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + DRAIN_SLICE
             msg = await session.receive_report()
             try:
                 report = self.node.vet(msg.data, msg.properties, self.clock())
