@@ -92,7 +92,8 @@ class LimiterCollector(Collector):
         # inbox_full rejections and the reports lost that follow.
         inbox = GaugeMetricFamily("rgd_inbox_reports", "Reports received from the topic and not yet folded")
         inbox.add_metric([], d.inbox.qsize())
-        inbox_bytes = GaugeMetricFamily("rgd_inbox_bytes", "Bytes of the reports received and not yet folded")
+        inbox_bytes = GaugeMetricFamily("rgd_inbox_bytes", "Bytes of the reports received and not yet folded "
+                                        "(the entries this daemon folds, as vetted on arrival)")
         inbox_bytes.add_metric([], d.inbox_bytes)
         yield from (inbox, inbox_bytes)
         if not d.behind_serving_process:  # else the serving process's listeners are the daemon's
