@@ -49,7 +49,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 from collections.abc import Mapping as MappingABC
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import Callable, Generator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -78,6 +78,7 @@ EARLY_BUDGET_MIN = 8  # early report entries per tick a daemon with few groups m
 # counted in the window (see moved_beyond_counting).
 EARLY_MIN_EVENTS = 2.0
 MEMBER_ADMISSION_BURST = 8.0  # new members admitted at once before member_admissions_per_tick applies
+TICK_SLICE_GROUPS = 500  # tick_report_steps builds this many groups' entries (or figures) a step (~7 ms)
 
 
 def has_demand(gu: GroupUsage) -> bool:
@@ -938,9 +939,32 @@ class ClusterNode:
 
     def tick_report(self, now: float) -> TickReport:
         """Collect and report: this tick's report (to publish) with its bookkeeping done."""
+        steps = self.tick_report_steps(now)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def tick_report_steps(self, now: float) -> Generator[None, None, TickReport]:
+        """`tick_report` in steps: it yields between slices of its work and returns the
+        TickReport. At PIP-82's scale (5 000 groups) the tick report builds an entry and its
+        figures for every group, ~100 ms at once on the loop that answers brokers: every
+        tick, the longest wait an ask had (asyncio's slow-callback log). The daemon runs the
+        steps with the loop's other work between them and does not react meanwhile; run
+        through at once (the simulator, `tick_report`), it is the same computation. The
+        counters are collected in the first step, all at one instant, so asks between the
+        steps count in the next tick; a bucket created meanwhile is reported next tick."""
         tick_s = self.config.tick_seconds
         collected = self.limiter.collect()
-        self._entries = group_entries(collected, self.limiter.states, self.groups())
+        states = dict(self.limiter.states)  # asks between the steps may add buckets
+        groups = self.groups()
+        names = sorted({g for g, _ in collected} | {g for g, _ in states})
+        entries: dict[str, GroupUsage] = {}
+        for i in range(0, len(names), TICK_SLICE_GROUPS):
+            yield
+            entries.update(group_entries(collected, states, groups, names[i:i + TICK_SLICE_GROUPS]))
+        self._entries = entries
         # The entries' admitted counts per second (report_builder.local_rates), read from the
         # counters rather than back out of 15 000 protobuf fields at 5 000 groups.
         rates = {}
@@ -949,10 +973,13 @@ class ClusterNode:
                 c = collected.get((n, k))
                 rates[(n, k)] = ((c.counters.admitted_messages / tick_s, c.counters.admitted_bytes / tick_s)
                                  if c is not None else (0.0, 0.0))
+        current: dict[str, tuple[float, ...]] = {}
+        for i in range(0, len(names), TICK_SLICE_GROUPS):
+            yield
+            current.update((n, figures(entries[n])) for n in names[i:i + TICK_SLICE_GROUPS] if n in entries)
+        yield
         state = self.suppression_state  # tick reports only: early reports keep their own
-        send, suppressed = select_reports(
-            self.config.suppression, state, {n: figures(gu) for n, gu in self._entries.items()}
-        )
+        send, suppressed = select_reports(self.config.suppression, state, current)
         # A group reported early this tick whose demand still reads as reported early: its tick
         # counts average the old demand and the new one, and would set peers (and our own view)
         # back to a demand that no longer holds. The tick report still carries them (they are
@@ -1502,5 +1529,5 @@ class ClusterNode:
 __all__ = [
     "CalculatorCall", "ClusterNode", "EARLY_BUDGET_MIN", "EARLY_MIN_EVENTS", "LimitInputs",
     "MEMBER_ADMISSION_BURST", "NEW_BUCKET_SECONDS", "NodeConfig", "REJECT_OWN", "Receipt", "Resume",
-    "TickReport", "cut_below_demand", "evaluate", "evaluate_all", "has_demand", "moved_beyond_counting", "start_seconds_for",
+    "TICK_SLICE_GROUPS", "TickReport", "cut_below_demand", "evaluate", "evaluate_all", "has_demand", "moved_beyond_counting", "start_seconds_for",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import Collected, KindState
@@ -42,11 +42,14 @@ def group_entries(
     collected: Mapping[tuple[str, str], Collected],
     states: Mapping[tuple[str, str], KindState],
     groups: Mapping[str, ResourceGroup],
+    names: Sequence[str] | None = None,
 ) -> dict[str, GroupUsage]:
-    """One GroupUsage per group the limiter knows, whether active or idle this tick."""
+    """One GroupUsage per group the limiter knows, whether active or idle this tick (or per
+    group of `names`, in that order: the tick report builds them a slice at a time)."""
     out: dict[str, GroupUsage] = {}
-    names = {g for g, _ in collected} | {g for g, _ in states}
-    for name in sorted(names):
+    if names is None:
+        names = sorted({g for g, _ in collected} | {g for g, _ in states})
+    for name in names:
         gu = GroupUsage(group=name)
         namespaces: set[str] = set()
         topics = 0
