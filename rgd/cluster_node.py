@@ -976,7 +976,7 @@ class ClusterNode:
         current: dict[str, tuple[float, ...]] = {}
         for i in range(0, len(names), TICK_SLICE_GROUPS):
             yield
-            current.update((n, figures(entries[n])) for n in names[i:i + TICK_SLICE_GROUPS] if n in entries)
+            current.update((n, figures(entries[n])) for n in names[i:i + TICK_SLICE_GROUPS])
         yield
         state = self.suppression_state  # tick reports only: early reports keep their own
         send, suppressed = select_reports(self.config.suppression, state, current)

@@ -61,6 +61,22 @@ DRAIN_SLICE = 0.004  # vetting and folding reports yield to the loop this often 
 CALC_DUTY = 0.5  # large recomputes take at most this share of the time (see Daemon.recompute)
 
 
+class _LoopSlice:
+    """Long work on the event loop, let go every DRAIN_SLICE: `pause_if_due` yields to the
+    loop (asks waiting) once that long has passed since the last pause."""
+
+    def __init__(self) -> None:
+        self.end = time.perf_counter() + DRAIN_SLICE
+
+    async def pause_if_due(self) -> bool:
+        """Whether it paused (whatever was checked before may have changed)."""
+        if time.perf_counter() <= self.end:
+            return False
+        await asyncio.sleep(0)
+        self.end = time.perf_counter() + DRAIN_SLICE
+        return True
+
+
 @dataclass(frozen=True)
 class Inbound:
     """A report vetted as it arrived (ClusterNode.vet: only the entries we fold), waiting
@@ -341,14 +357,12 @@ class Daemon:
         report is ~0.9 MB of which we fold a few percent, and a second of 99 of them waiting
         whole held ~60 MB. The cost is the same, one message at a time between asks."""
         keep_raw = self.usage_log is not None and self.usage_log.keep_receipt_payloads
-        slice_end = time.perf_counter() + DRAIN_SLICE
+        # Receives asked for ahead complete without a pause when reports queue up (the first
+        # round's 99 full reports), and vetting each takes a millisecond or more: back to
+        # back, 16 and more of them held asks up to 100 ms.
+        loop_slice = _LoopSlice()
         while True:
-            if time.perf_counter() > slice_end:
-                # Receives asked for ahead complete without a pause when reports queue up (the
-                # first round's 99 full reports), and vetting each takes a millisecond or more:
-                # back to back, 16 and more of them held asks up to 100 ms.
-                await asyncio.sleep(0)
-                slice_end = time.perf_counter() + DRAIN_SLICE
+            await loop_slice.pause_if_due()
             msg = await session.receive_report()
             try:
                 report = self.node.vet(msg.data, msg.properties, self.clock())
@@ -570,15 +584,13 @@ class Daemon:
         self._building_tick_report = True
         try:
             steps = self.node.tick_report_steps(now)
-            slice_end = time.perf_counter() + DRAIN_SLICE
+            loop_slice = _LoopSlice()
             while True:
                 try:
                     next(steps)
                 except StopIteration as done:
                     return done.value
-                if time.perf_counter() > slice_end:
-                    await asyncio.sleep(0)
-                    slice_end = time.perf_counter() + DRAIN_SLICE
+                await loop_slice.pause_if_due()
         finally:
             self._building_tick_report = False
 
@@ -678,13 +690,11 @@ class Daemon:
         second's worth of 99 peers' reports at once held the loop for hundreds of
         milliseconds, so it yields to waiting asks every DRAIN_SLICE seconds."""
         newcomers: list[str] = []
-        slice_end = time.perf_counter() + DRAIN_SLICE
+        loop_slice = _LoopSlice()
         waiting = self.inbox.qsize()  # what arrives meanwhile waits for the next drain
         while waiting > 0 and not self.inbox.empty():
-            if time.perf_counter() > slice_end:
-                await asyncio.sleep(0)
-                slice_end = time.perf_counter() + DRAIN_SLICE
-                continue
+            if await loop_slice.pause_if_due():
+                continue  # another drain may have taken what was left meanwhile
             waiting -= 1
             item = self.inbox.get_nowait()
             self.inbox_bytes -= item.size
