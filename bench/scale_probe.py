@@ -62,6 +62,7 @@ import yaml
 
 from rgd.daemon_process import DaemonProcess
 from rgd.embedded_broker import start_or_join
+from rgd.report_builder import drop_silent_kinds
 from rgd.report_codec import group_key_bytes
 from rgd.settings import DEFAULT_TOPIC
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
@@ -96,7 +97,8 @@ def layout(peers: int, per_daemon: int) -> tuple[list[int], dict[int, list[int]]
 
 
 def _entry(g: int, rng: random.Random) -> bytes:
-    """One group entry as a peer reports it (the fields rgd fills), serialized."""
+    """One group entry as a peer reports it (the fields rgd fills, the kinds it leaves out
+    left out: rgd.report_builder.drop_silent_kinds), serialized."""
     demand = int(rng.uniform(50, 2000))
     adm = int(demand * 0.9)
     gu = GroupUsage(group=group_name(g), namespaces=[namespace_name(g)], topics=3)
@@ -105,6 +107,7 @@ def _entry(g: int, rng: random.Random) -> bytes:
                                   quota_messages=10_000.0, quota_bytes=-1.0))
     gu.dispatch.CopyFrom(KindUsage(limit_messages=-1.0, limit_bytes=-1.0, quota_messages=-1.0, quota_bytes=-1.0))
     gu.replication.CopyFrom(KindUsage(limit_messages=-1.0, limit_bytes=-1.0, quota_messages=-1.0, quota_bytes=-1.0))
+    drop_silent_kinds(gu)
     # As a repeated field 6 of UsageReport: concatenated after a header, they parse as one report.
     holder = UsageReport()
     holder.groups.append(gu)

@@ -63,7 +63,8 @@ from rgd.quota.calculator import (NEW_BUCKET_SECONDS, PEER_VIEW_STRATEGIES, Calc
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import IDLE, GroupLimits, KindRates, PeerUsage
 from rgd.report_builder import (
-    HEADER_SLACK, INDEX_BYTES_PER_ENTRY, MAX_REPORT_BYTES, bound_report, figures, group_entries, peer_usage, split_points,
+    HEADER_SLACK, INDEX_BYTES_PER_ENTRY, MAX_REPORT_BYTES, bound_report, drop_silent_kinds, figures, group_entries, peer_usage,
+    split_points,
 )
 from rgd.report_codec import (REPLAY_WINDOW_MS, FoldScope, HmacKeys, Rejected, check_plausible, decode_report,
                               groups_cap)
@@ -574,7 +575,7 @@ class ClusterNode:
                     limit_bytes=-1.0 if k.limit_bytes == math.inf else k.limit_bytes,
                     quota_messages=float(quota[0]), quota_bytes=float(quota[1]),
                 ))
-            report.groups.append(gu)
+            report.groups.append(drop_silent_kinds(gu))
             self.dirty.add(name)
         self.usage_map.touch_self(self.node_id, self.incarnation, self.sequence, now, report.publish_time_ms)
         self._own_report_out(report)
@@ -601,7 +602,7 @@ class ClusterNode:
                 quota = groups[name].rates(kind)
                 getattr(gu, kind).CopyFrom(KindUsage(limit_messages=-1.0, limit_bytes=-1.0,
                                                      quota_messages=float(quota[0]), quota_bytes=float(quota[1])))
-            report.groups.append(gu)
+            report.groups.append(drop_silent_kinds(gu))
             self.usage_map.set_local(self.node_id, name, peer_usage(gu, tick_s), now)
             self.dirty.add(name)
         self.usage_map.touch_self(self.node_id, self.incarnation, self.sequence, now, report.publish_time_ms)
