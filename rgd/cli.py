@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from rgd import __version__
 from rgd.gc_pacing import GcPacer
+from rgd.malloc_tuning import fix_mmap_threshold
 from rgd.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolve
 
 # A daemon's graceful stop takes at most ~2 s (leaving report) + 4 s (Pulsar close) + 5 s
@@ -107,6 +108,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     except (ConfigError, SettingsError) as exc:
         print(f"rgd: {exc}", file=sys.stderr)
         return 2
+    fix_mmap_threshold()  # before the Pulsar client's threads allocate anything
     if settings.cluster_process:
         from rgd.serving_process import ServingProcess
 

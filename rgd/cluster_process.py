@@ -31,6 +31,7 @@ from typing import Any
 from rgd.daemon import Daemon
 from rgd.gc_pacing import GcPacer
 from rgd.limiter_link import MirrorLimiter, initial_fraction
+from rgd.malloc_tuning import fix_mmap_threshold
 from rgd.process_link import LinkClosed, receive, send
 
 log = logging.getLogger("rgd.cluster_process")
@@ -195,6 +196,7 @@ def main(argv: list[str]) -> int:
     # group. Raising one's own niceness needs no privilege.
     os.nice(CLUSTER_NICENESS)
     _die_with_parent()
+    fix_mmap_threshold()  # it holds the peers' reports: rgd/malloc_tuning.py
     return _run_loop(run(int(fd)), event_loop)
 
 
