@@ -24,8 +24,11 @@ if TYPE_CHECKING:
 
 
 MAX_PEER_SERIES = 20_000  # rgd_peer_usage_rate samples per scrape at most
-# A per-group family is built and rendered this many samples at a time (see in_parts).
-SAMPLES_PER_PART = 2_000
+# A per-group family is built and rendered this many samples at a time (see in_parts). 2 000
+# still showed each scrape in the daemon's RSS at PIP-82's scale (bench/scale_probe.py: the
+# seconds of the scrapes were the run's highest, at most 147-150 MB); at 500 they are not
+# (143-145 MB), for ~260 parts a scrape instead of ~65 and the same worst scrape time.
+SAMPLES_PER_PART = 500
 
 
 def _finite(x: float) -> float:
