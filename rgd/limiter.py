@@ -149,9 +149,12 @@ class KindState:
     total_throttled_messages: int = 0
     total_throttled_bytes: int = 0
     total_events: int = 0  # asks and usage records: the granularity of the counts (early reports)
-    throttled_events: dict[str, int] = field(default_factory=dict)
+    # None until first needed: most buckets are never denied and see no topic names, and
+    # at PIP-82's scale an empty dict and an empty set were ~280 bytes of the ~1 KB a bucket
+    # took (10 000 buckets; twice with --cluster-thread, whose two halves each hold them).
+    throttled_events: dict[str, int] | None = None
     namespaces: set[str] = field(default_factory=set)
-    topics: set[str] = field(default_factory=set)
+    topics: set[str] | None = None
 
     @property
     def limit(self) -> tuple[float, float]:
@@ -187,6 +190,14 @@ class Limiter:
         self.max_debt_seconds = max_debt_seconds
         self.initial_limits = initial_limits
         self.states: dict[tuple[str, str], KindState] = {}
+        # For readers of the cumulative counters (early reports snapshot them 20 times a tick):
+        # `states_version` moves whenever a state is created or dropped (the set of keys, in
+        # order, is as it was while it stays), and `counted` holds the keys whose totals moved
+        # since the reader last took it (`take_counted`), so a snapshot rereads those alone.
+        # None until the first take: a limiter nobody snapshots (the serving half of
+        # --cluster-process) keeps no such set.
+        self.states_version = 0
+        self.counted: set[tuple[str, str]] | None = None
         self.recompute_at = INF  # when limits are next recomputed (caps Retry-After); INF: unknown
         self.limit_changes = 0  # set_limit calls that changed a limit (limits move between ticks too)
 
@@ -207,7 +218,14 @@ class Limiter:
                     if b.rate != INF:
                         b.tokens = min(b.tokens, b.rate * self.start_seconds)
             self.states[key] = st
+            self.states_version += 1
         return st
+
+    def take_counted(self) -> set[tuple[str, str]]:
+        """The keys whose cumulative counters moved since the last call (see `counted`); the
+        first call starts the tracking (and returns nothing: read every state then)."""
+        counted, self.counted = self.counted, set()
+        return counted or set()
 
     def set_limit(self, group: ResourceGroup, kind: str, messages: float, nbytes: float) -> None:
         """Apply a new local limit (INF = unlimited) without losing bucket state."""
@@ -252,7 +270,8 @@ class Limiter:
     def forget(self, group_name: str) -> None:
         """Drop a deleted group's buckets."""
         for kind in KINDS:
-            self.states.pop((group_name, kind), None)
+            if self.states.pop((group_name, kind), None) is not None:
+                self.states_version += 1
 
     def limit_in_force(self, group: ResourceGroup, kind: str) -> tuple[float, float]:
         """(messages/s, bytes/s) this daemon enforces now (INF = unlimited): the bucket's
@@ -269,9 +288,12 @@ class Limiter:
     ) -> Decision:
         if now is None:
             now = self.clock()
-        st = self.states.get((group.name, kind))
+        key = (group.name, kind)
+        st = self.states.get(key)
         if st is None:
             st = self.state(group, kind, now)
+        if self.counted is not None:
+            self.counted.add(key)
         mb, bb = st.messages, st.bytes
         # TokenBucket.refill/shortfall/take, with their no-op and common cases inlined
         # (a batch of 100 asks shares one `now`, so only the first ask refills): the
@@ -287,7 +309,7 @@ class Limiter:
         st.namespaces.add(namespace)
         st.total_events += 1
         if topic is not None:
-            st.topics.add(topic)
+            _add_topic(st, topic)
         if short_m == 0.0 and short_b == 0.0:
             if mb.rate != INF:
                 mb.tokens -= messages
@@ -308,7 +330,11 @@ class Limiter:
         tick.throttled_bytes += nbytes
         st.total_throttled_messages += messages
         st.total_throttled_bytes += nbytes
-        st.throttled_events[reason] = st.throttled_events.get(reason, 0) + 1
+        denied = st.throttled_events
+        if denied is None:
+            st.throttled_events = {reason: 1}
+        else:
+            denied[reason] = denied.get(reason, 0) + 1
         wait = max(wait_m, wait_b)
         if now + wait > self.recompute_at:
             wait = capped_retry(wait, max(0.0, self.recompute_at - now), short_m, short_b, *group.rates(kind))
@@ -328,9 +354,12 @@ class Limiter:
         the full-bucket rule, or a later smaller one may) `acquire` decides one by
         one. tests/test_batch_semantics.py holds this to `acquire` ask by ask.
         `namespaces`: the asks' distinct namespaces, when the caller has them at hand."""
-        st = self.states.get((group.name, kind))
+        key = (group.name, kind)
+        st = self.states.get(key)
         if st is None:
             st = self.state(group, kind, now)
+        if self.counted is not None:
+            self.counted.add(key)
         mb, bb = st.messages, st.bytes
         if now > mb.updated:
             mb.refill(now)
@@ -338,9 +367,13 @@ class Limiter:
             bb.refill(now)
         # what `acquire` adds, denied asks included
         st.namespaces.update(map(_namespace_of, asks) if namespaces is None else namespaces)
-        topics = st.topics
-        topics.update(map(_topic_of, asks))
+        topics = set(map(_topic_of, asks))
         topics.discard(None)
+        if topics:
+            if st.topics is None:
+                st.topics = topics  # type: ignore[assignment]  # None discarded
+            else:
+                st.topics |= topics  # type: ignore[operator]
         base_m = _run_base(mb.rate, mb.tokens)
         base_b = _run_base(bb.rate, bb.tokens)
         if base_m is None or base_b is None:
@@ -379,6 +412,8 @@ class Limiter:
         """Charge usage that already happened (dispatch): counted as admitted, never denied."""
         now = self.clock()
         st = self.state(group, kind, now)
+        if self.counted is not None:
+            self.counted.add((group.name, kind))
         st.messages.charge(messages, now)
         st.bytes.charge(nbytes, now)
         st.tick.admitted_messages += messages
@@ -388,7 +423,7 @@ class Limiter:
         st.total_events += 1
         st.namespaces.add(namespace)
         if topic is not None:
-            st.topics.add(topic)
+            _add_topic(st, topic)
         return st
 
     # -- tick ----------------------------------------------------------------------------
@@ -398,11 +433,18 @@ class Limiter:
         resets all three."""
         out: dict[tuple[str, str], Collected] = {}
         for key, st in self.states.items():
-            out[key] = Collected(st.tick, frozenset(st.namespaces), len(st.topics))
+            out[key] = Collected(st.tick, frozenset(st.namespaces), len(st.topics) if st.topics else 0)
             st.tick = TickCounters()
             st.namespaces = set()
-            st.topics = set()
+            st.topics = None
         return out
+
+
+def _add_topic(st: KindState, topic: str) -> None:
+    if st.topics is None:
+        st.topics = {topic}
+    else:
+        st.topics.add(topic)
 
 
 def _run_base(rate: float, tokens: float) -> int | None:

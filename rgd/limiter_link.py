@@ -128,7 +128,7 @@ class ServingLimiter(Limiter):
                 st.namespaces.clear()
             topics = tuple(st.topics) if st.topics else None
             if topics:
-                st.topics.clear()
+                st.topics = None
             events = st.total_events - sent_events.get(key, 0)
             sent_events[key] = st.total_events
             denied = None
@@ -237,6 +237,8 @@ class MirrorLimiter(Limiter):
             if group is None:
                 continue
             st = self.state(group, kind)
+            if self.counted is not None:
+                self.counted.add((name, kind))
             tick = st.tick
             tick.admitted_messages += adm_m
             tick.admitted_bytes += adm_b
@@ -248,12 +250,17 @@ class MirrorLimiter(Limiter):
             st.total_throttled_bytes += thr_b
             st.total_events += events
             if denied:
+                if st.throttled_events is None:
+                    st.throttled_events = {}
                 for reason, n in denied.items():
                     st.throttled_events[reason] = st.throttled_events.get(reason, 0) + n
             if namespaces:
                 st.namespaces.update(namespaces)
             if topics:
-                st.topics.update(topics)
+                if st.topics is None:
+                    st.topics = set(topics)
+                else:
+                    st.topics.update(topics)
 
 
 def initial_fraction(limits_for: Callable[[ResourceGroup], Mapping[str, tuple[float, float]]]) -> float:

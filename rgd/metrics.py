@@ -134,7 +134,7 @@ class LimiterCollector(Collector):
             lambda: CounterMetricFamily("rgd_throttled_events", "Denied requests by the limit that denied them",
                                         labels=["group", "kind", "reason"]),
             (([group, kind, reason], n) for (group, kind), st in states
-             for reason, n in list(st.throttled_events.items())))
+             for reason, n in list((st.throttled_events or {}).items())))
 
     def _limits(self) -> Iterator[Metric]:
         states = list(self.daemon.limiter.states.items())

@@ -83,8 +83,8 @@ def _state(lim: Limiter) -> dict:
     return {key: (st.messages.tokens, st.messages.updated, st.messages.rate, st.bytes.tokens, st.bytes.updated,
                   st.bytes.rate, st.tick.admitted_messages, st.tick.admitted_bytes, st.tick.throttled_messages,
                   st.tick.throttled_bytes, st.total_admitted_messages, st.total_admitted_bytes,
-                  st.total_throttled_messages, st.total_throttled_bytes, dict(st.throttled_events),
-                  set(st.namespaces), set(st.topics))
+                  st.total_throttled_messages, st.total_throttled_bytes, dict(st.throttled_events or {}),
+                  set(st.namespaces), set(st.topics or ()))
             for key, st in lim.states.items()}
 
 
