@@ -8,7 +8,7 @@ import gc
 from collections import Counter
 
 from rgd.cluster_node import ClusterNode, NodeConfig
-from rgd.gc_pacing import GcPacer
+from rgd.gc_pacing import YOUNG_THRESHOLD, GcPacer
 from rgd.groups import ResourceGroup
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 from tests.fake_clock import FakeClock, wall_ms
@@ -75,6 +75,7 @@ class _Cycle:
 
 def test_frozen_cycles_are_freed_once_the_frozen_heap_has_grown_enough() -> None:
     pacer = GcPacer(growth=1.5, min_growth=5_000)
+    thresholds = gc.get_threshold()
     try:
         pacer.start()
         base = pacer.stats.frozen
@@ -98,3 +99,23 @@ def test_frozen_cycles_are_freed_once_the_frozen_heap_has_grown_enough() -> None
     finally:
         gc.unfreeze()
         gc.collect()
+        gc.set_threshold(*thresholds)
+
+
+def test_once_paced_young_collections_wait_for_more_new_objects() -> None:
+    """The pacer's tick step collects every tick's survivors anyway; CPython's 700 made young
+    collections walk them dozens of times a tick (rgd/gc_pacing.py)."""
+    thresholds = gc.get_threshold()
+    try:
+        GcPacer().start()
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, thresholds[1], thresholds[2])
+        gc.collect(0)
+        before = gc.get_stats()[0]["collections"]
+        kept = [[] for _ in range(YOUNG_THRESHOLD // 2)]  # container objects: each counts
+        assert gc.get_stats()[0]["collections"] == before  # not yet: the default collected 7 times
+        kept.extend([] for _ in range(YOUNG_THRESHOLD))
+        assert gc.get_stats()[0]["collections"] > before
+    finally:
+        gc.unfreeze()
+        gc.collect()
+        gc.set_threshold(*thresholds)
