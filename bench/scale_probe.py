@@ -23,9 +23,10 @@ issue's bounds:
 - the daemon's work per tick on its event loop: rgd_tick_seconds (mean) plus, where the
   daemon exports it, rgd_react_seconds (folding peers' reports between ticks, early
   reports, recomputing what changed) summed per tick; with `--daemon-arg=--cluster-process`
-  those are the cluster process's, and what is checked against the bound is the serving
-  loop's own work besides answering (counts handed over, limits applied, garbage
-  collection); the CPU per tick of each process (from /proc) is printed too;
+  (or `--daemon-arg=--cluster-thread`) those are the cluster half's, and what is checked
+  against the bound is the serving loop's own work besides answering (counts handed over,
+  limits applied, garbage collection: with a cluster thread every collection in the process,
+  which stops both threads); the CPU per tick of each process (from /proc) is printed too;
 - the daemon's RSS (max over the run, sampled each second from /proc), its processes summed,
   and beside it their PSS summed (shared library pages counted once);
 - the daemon's own report bytes: the first report, and the mean per tick after it,
@@ -573,6 +574,8 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         return statistics.fmean(xs) if xs else None
 
     lat = figures.latencies
+    # Brokers answered on a loop of their own: a cluster process (a child), or a cluster thread.
+    split = bool(children) or (code is None and "--cluster-thread" in ns.daemon_arg)
     codec = "none"
     if code is None:  # this tree's daemon: the setting's default unless a flag says otherwise
         from rgd.settings import Settings
@@ -589,14 +592,14 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "ticks": ticks, "tick_mean_ms": (per_tick("rgd_tick_seconds") or 0.0) if ticks else None,
         "react_ms_per_tick": per_tick("rgd_react_seconds") if ticks else None,
         "calc_ms_per_tick": per_tick("rgd_quota_calculation_seconds") if ticks else None,
-        "split": bool(children),
+        "split": split, "cluster_thread": bool(split and not children),
         "serving_link_ms_per_tick": {
             d: 1000 * (m1.get(f'rgd_serving_link_seconds_total{{direction="{d}"}}', 0.0)
                        - m0.get(f'rgd_serving_link_seconds_total{{direction="{d}"}}', 0.0)) / max(1, ticks)
-            for d in ("counts", "limits")} if children else None,
+            for d in ("counts", "limits")} if split else None,
         "serving_gc_ms_per_tick": 1000 * (m1.get("rgd_serving_gc_seconds_total", 0.0)
                                           - m0.get("rgd_serving_gc_seconds_total", 0.0)) / max(1, ticks)
-        if children else None,
+        if split else None,
         "serving_cpu_ms_per_tick": 1000 * (cpu1[0] - cpu0[0]) / load_ticks,
         "cluster_cpu_ms_per_tick": 1000 * (cpu1[1] - cpu0[1]) / load_ticks if children else None,
         "rss_start_mb": rss_start, "rss_max_mb": max(figures.rss_mb, default=0.0),
@@ -646,7 +649,8 @@ def print_result(r: dict) -> None:
         ("acquire max", f"{r['acquire_max_ms']:.1f} ms", f"<= {MAX_MS:.0f} ms", r["acquire_max_ms"] <= MAX_MS),
         (work_name, _ms(work), f"<= {TICK_WORK_MS:.0f} ms", work is not None and work <= TICK_WORK_MS),
         ("RSS max", f"{r['rss_max_mb']:.0f} MB (start {r['rss_start_mb']:.0f} MB"
-         + (f"; the process answering brokers at most {r['rss_own_max_mb']:.0f} MB" if r.get("split") else "")
+         + (f"; the process answering brokers at most {r['rss_own_max_mb']:.0f} MB"
+            if r.get("split") and not r.get("cluster_thread") else "")
          + f"; PSS summed at most {r.get('pss_max_mb', 0.0):.0f} MB)",
          f"<= {RSS_MB:.0f} MB",
          r["rss_max_mb"] <= RSS_MB),
@@ -671,7 +675,7 @@ def print_result(r: dict) -> None:
         cluster = r.get("cluster_cpu_ms_per_tick")
         if r.get("split"):
             link = r["serving_link_ms_per_tick"]
-            print(f"process answering brokers, per tick: counts handed over {_ms(link['counts'])}, limits applied "
+            print(f"{'thread' if r.get('cluster_thread') else 'process'} answering brokers, per tick: counts handed over {_ms(link['counts'])}, limits applied "
                   f"{_ms(link['limits'])}, garbage collection {_ms(r['serving_gc_ms_per_tick'])}")
         print(f"CPU per tick over the load: the daemon's process {_ms(r['serving_cpu_ms_per_tick'])}"
               + ("" if cluster is None else f", its cluster process {_ms(cluster)} (tick and react figures above "

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from rgd import __version__
 from rgd.gc_pacing import GcPacer
-from rgd.malloc_tuning import fix_mmap_threshold
+from rgd.malloc_tuning import fix_mmap_threshold, limit_arenas
 from rgd.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolve
 
 # A daemon's graceful stop takes at most ~2 s (leaving report) + 4 s (Pulsar close) + 5 s
@@ -109,12 +109,23 @@ def cmd_run(ns: argparse.Namespace) -> int:
         print(f"rgd: {exc}", file=sys.stderr)
         return 2
     fix_mmap_threshold()  # before the Pulsar client's threads allocate anything
-    if settings.cluster_process:
+    if settings.cluster_thread:
+        limit_arenas()  # before the cluster thread allocates anything (rgd/malloc_tuning.py)
+    if settings.cluster_process or settings.cluster_thread:
         from rgd.serving_process import ServingProcess
 
-        # No watchdog: its stop waits for the cluster process's (rgd.serving_process.STOP_SECONDS).
-        return _run_loop(_serve(ServingProcess(settings, doc, ns.log_level), pace_gc=False, stop_watchdog=None),
+        # No watchdog: its stop waits for the cluster half's (rgd.serving_process.STOP_SECONDS).
+        code = _run_loop(_serve(ServingProcess(settings, doc, ns.log_level), pace_gc=False, stop_watchdog=None),
                          settings.event_loop)
+        if settings.cluster_thread:
+            # As the cluster process ends itself: past the bounded stop nothing is left to do, and
+            # the interpreter's exit would wait for the cluster thread's workers (a Pulsar call
+            # that never returns among them).
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     from rgd.daemon import Daemon
 
     return _run_loop(_serve(Daemon(settings, doc)), settings.event_loop)

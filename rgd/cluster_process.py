@@ -1,6 +1,10 @@
-"""The cluster process of `rgd run --cluster-process`: the whole daemon but the buckets.
+"""The cluster half of `rgd run --cluster-process` (or `--cluster-thread`): the whole daemon but the buckets.
 
     python -m rgd.cluster_process FD LOG_LEVEL EVENT_LOOP   (started by rgd.serving_process, not by hand)
+
+With `--cluster-thread` the same runs in a second thread of the serving process, on an
+event loop of its own (`run_in_thread`), over a socketpair within the process: one
+interpreter instead of two. What is said of "the process" below holds for that thread.
 
 It runs `Daemon` as `rgd run` does (Pulsar, the usage map, the calculator, reports,
 the usage log, config from the file and the config topic, every HTTP route but the
@@ -120,17 +124,55 @@ async def run(fd: int) -> int:
     """The cluster process's life; ends the process itself once it has stopped: past the
     bounded stop nothing is left to do, and asyncio's teardown would wait for worker
     threads (a Pulsar call that never returns among them)."""
-    code = await _run(fd)
+    code = await _run(socket.socket(fileno=fd))
     logging.shutdown()
     os._exit(code)
 
 
-async def _run(fd: int) -> int:
+def run_in_thread(sock: socket.socket, event_loop: str) -> int:
+    """The cluster half's life in a thread of the serving process (`--cluster-thread`), on
+    an event loop of its own. However it ends (a stop, a failed start, an exception) the
+    link is closed, so the serving side sees it go (and stops, as when a cluster process
+    dies). Niced as the cluster process is (Linux's niceness is per thread, and threads it
+    starts, the Pulsar client's and the calculator's, inherit it): when the GIL passes to
+    the thread answering brokers, the kernel runs it first. The loop is closed without
+    waiting for its worker threads, for the reason `run` exits without."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CLUSTER_NICENESS)
+    except (OSError, AttributeError):  # not Linux: the thread keeps the process's niceness
+        pass
+    loop = _new_event_loop(event_loop)
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(_run(sock, in_thread=True))
+    finally:
+        if sock.fileno() != -1:  # still open (the transport closes it when it ends): EOF for the serving side
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # not close: the transport may still hold the fd
+            except OSError:
+                pass
+        loop.close()
+
+
+def _new_event_loop(event_loop: str) -> asyncio.AbstractEventLoop:
+    """The loop `rgd run` would pick (rgd.cli._run_loop): uvloop unless asyncio is asked for."""
+    if event_loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+async def _run(sock: socket.socket, in_thread: bool = False) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
+    if not in_thread:  # in a thread the serving side's handlers stop us, over the link
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
     message: Any = await receive(reader)
     _, settings, doc = message
     daemon = Daemon(settings, doc, limiter_class=MirrorLimiter)

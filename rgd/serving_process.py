@@ -15,6 +15,15 @@ The cluster process is started with this interpreter (`sys.executable`), inherit
 one end of a socketpair and nothing else, and is stopped with the daemon: its
 leaving report goes out first. If it dies, this process stops too (exit status 1),
 as a daemon whose cluster half is gone must not go on deciding with stale limits.
+
+`rgd run --cluster-thread` runs the same cluster half in a second thread of this
+process instead (`rgd.cluster_process.run_in_thread`), over the same link: one
+interpreter, its imports and heap once, where two processes held ~60 MB more at
+PIP-82's scale (bench/scale_probe.py). The price is the GIL: an ask waits for the
+cluster thread to give it up, so the switch interval is 1 ms instead of 5 (a waiting
+thread asks for the GIL after that long) and the cluster thread is niced. Its garbage
+collections stop this loop too, so they are counted in rgd_serving_gc_seconds, and
+they are paced once (by the cluster half's ticks: the heap is one).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -55,6 +65,7 @@ log = logging.getLogger("rgd.serving")
 
 REACTS_PER_TICK = 20  # counts go to the cluster process this often a tick (its react interval)
 STOP_SECONDS = 30.0  # the cluster process's graceful stop (leaving report, log close) gets this long
+THREAD_SWITCH_SECONDS = 0.001  # sys.setswitchinterval with --cluster-thread (Python's default: 0.005)
 OPS_SLICE = 500  # limit operations applied between two looks at the sockets (~1 ms)
 COUNTS_SLICE = 500  # buckets' counts handed over between two looks at the sockets (~1 ms)
 METRICS_CHUNK = 256 * 1024  # a forwarded scrape is passed on in pieces of at most this
@@ -107,6 +118,61 @@ class ServingFigures:
         return generate_latest(self.registry)
 
 
+class _ClusterChild:
+    """`--cluster-process`: the cluster half as a child process."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.name = f"cluster process {process.pid}"
+
+    @property
+    def running(self) -> bool:
+        return self.process.returncode is None
+
+    async def wait(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self.process.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def kill(self) -> None:
+        self.process.kill()
+        await self.process.wait()
+
+
+class _ClusterThread:
+    """`--cluster-thread`: the cluster half as a thread of this process."""
+
+    def __init__(self, sock: socket.socket, event_loop: str) -> None:
+        from rgd.cluster_process import run_in_thread  # numpy and the Pulsar client: only in this layout
+
+        def body() -> None:
+            try:
+                run_in_thread(sock, event_loop)
+            except BaseException:  # the link is closed whatever happened: the serving side stops
+                log.exception("the cluster thread failed")
+            finally:
+                self._ended.set()
+
+        self._ended = threading.Event()
+        self.thread = threading.Thread(target=body, name="rgd-cluster", daemon=True)
+        sys.setswitchinterval(THREAD_SWITCH_SECONDS)
+        self.thread.start()
+        self.name = f"cluster thread {self.thread.native_id}"
+
+    @property
+    def running(self) -> bool:
+        return not self._ended.is_set()
+
+    async def wait(self, timeout: float) -> bool:
+        return await asyncio.to_thread(self._ended.wait, timeout)
+
+    async def kill(self) -> None:
+        """A thread cannot be killed: it is a daemon thread, gone when the process exits
+        (`rgd run` exits at once after its stop, as the cluster process does)."""
+
+
 class ServingProcess:
     """The serving process: what the broker routes read (`settings`, `config`, `limiter`),
     the HTTP sites, and the cluster process it supervises."""
@@ -131,7 +197,7 @@ class ServingProcess:
         self.cluster_settled = False
         self.stopped = asyncio.Event()  # set when this process should stop (the cluster process died)
         self._dir: str | None = None
-        self._process: asyncio.subprocess.Process | None = None
+        self._cluster: _ClusterChild | _ClusterThread | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader: asyncio.StreamReader | None = None
         self._client: aiohttp.ClientSession | None = None
@@ -159,21 +225,25 @@ class ServingProcess:
         self._dir = tempfile.mkdtemp(prefix="rgd-cluster-")  # 0700: the socket is ours alone
         http_socket = os.path.join(self._dir, "http.sock")
         ours, theirs = socket.socketpair()
-        try:
-            self._process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "rgd.cluster_process", str(theirs.fileno()), self.log_level, s.event_loop,
-                pass_fds=(theirs.fileno(),),
-            )
-        finally:
-            theirs.close()
+        if s.cluster_thread:
+            self._cluster = _ClusterThread(theirs, s.event_loop)
+        else:
+            try:
+                self._cluster = _ClusterChild(await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "rgd.cluster_process", str(theirs.fileno()), self.log_level, s.event_loop,
+                    pass_fds=(theirs.fileno(),),
+                ))
+            finally:
+                theirs.close()
         self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
-        send(self._writer, ("start", replace(s, listen=f"unix:{http_socket}", cluster_process=False), self.config_doc))
+        send(self._writer, ("start", replace(s, listen=f"unix:{http_socket}", cluster_process=False,
+                                             cluster_thread=False), self.config_doc))
         await self._writer.drain()
         while True:
             try:
                 message = await receive(self._reader)
             except LinkClosed:
-                raise RuntimeError("the cluster process exited while starting (its log says why)") from None
+                raise RuntimeError(f"the {self._cluster.name} exited while starting (its log says why)") from None
             if message[0] == "ready":
                 break
             if message[0] == "failed":
@@ -186,19 +256,20 @@ class ServingProcess:
         # automatic full collections walked all of it on the loop that answers asks (65 ms at
         # 5 000 groups), so it is paced as the cluster process's is, once a tick.
         gc.callbacks.append(self.figures.on_gc)
-        self._pacer = GcPacer()
-        self._pacer.start()
         self._tasks = [asyncio.create_task(self._hand_over(), name="hand-over"),
-                       asyncio.create_task(self._receive(), name="link-receive"),
-                       asyncio.create_task(self._pace_gc(), name="gc-pacing")]
-        log.info("rgd %s answering brokers on %s (TCP port %s); cluster process %d",
-                 s.id, s.listen, self.listeners.bound_port, self._process.pid)
+                       asyncio.create_task(self._receive(), name="link-receive")]
+        if not s.cluster_thread:  # a cluster thread paces the one heap (rgd.cluster_process)
+            self._pacer = GcPacer()
+            self._pacer.start()
+            self._tasks.append(asyncio.create_task(self._pace_gc(), name="gc-pacing"))
+        log.info("rgd %s answering brokers on %s (TCP port %s); %s",
+                 s.id, s.listen, self.listeners.bound_port, self._cluster.name)
 
     async def stop(self) -> None:
         """Graceful: the cluster process stops first (its leaving report goes out), then
         what this process holds."""
         self._stopping = True
-        if self._writer is not None and self._process is not None and self._process.returncode is None:
+        if self._writer is not None and self._cluster is not None and self._cluster.running:
             try:
                 send(self._writer, ("stop",))
                 await self._writer.drain()
@@ -216,14 +287,10 @@ class ServingProcess:
     async def _release(self) -> None:
         if self.figures.on_gc in gc.callbacks:
             gc.callbacks.remove(self.figures.on_gc)
-        process, self._process = self._process, None
-        if process is not None and process.returncode is None:
-            try:
-                await asyncio.wait_for(process.wait(), STOP_SECONDS)
-            except asyncio.TimeoutError:
-                log.error("the cluster process did not stop within %.0f s: killed", STOP_SECONDS)
-                process.kill()
-                await process.wait()
+        cluster, self._cluster = self._cluster, None
+        if cluster is not None and cluster.running and not await cluster.wait(STOP_SECONDS):
+            log.error("the %s did not stop within %.0f s: killed", cluster.name, STOP_SECONDS)
+            await cluster.kill()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -271,8 +338,9 @@ class ServingProcess:
         except LinkClosed:
             pass
         if not self._stopping:
-            self.failed = "the cluster process exited"
-            log.error("the cluster process exited: stopping (brokers must not be answered with stale limits)")
+            name = self._cluster.name if self._cluster is not None else "cluster half"
+            self.failed = f"the {name} exited"
+            log.error("the %s exited: stopping (brokers must not be answered with stale limits)", name)
             self.stopped.set()
 
     async def _hand_over(self) -> None:

@@ -12,10 +12,12 @@ from pathlib import Path
 from rgd.daemon_process import DaemonProcess
 from tests.conftest import write_config
 
-# `rgd run` flags of each daemon layout, for tests that must hold in both: one process, or the
-# brokers' process beside a cluster process (`--cluster-process`, tests/test_cluster_process.py).
+# `rgd run` flags of each daemon layout, for tests that must hold in all: one process, the
+# brokers' process beside a cluster process (`--cluster-process`), or beside a cluster thread
+# (`--cluster-thread`; both in tests/test_cluster_process.py).
 CLUSTER_PROCESS = ["--cluster-process"]
-LAYOUTS = {"one-process": [], "cluster-process": CLUSTER_PROCESS}
+CLUSTER_THREAD = ["--cluster-thread"]
+LAYOUTS = {"one-process": [], "cluster-process": CLUSTER_PROCESS, "cluster-thread": CLUSTER_THREAD}
 
 
 @dataclass

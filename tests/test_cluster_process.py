@@ -1,19 +1,24 @@
-"""`rgd run --cluster-process`: brokers answered in one process, the cluster work in another.
+"""`rgd run --cluster-process` (`--cluster-thread`): brokers answered in one process (thread),
+the cluster work in another.
 
 Real `rgd run` processes on the session's broker. What must hold: the HTTP API is the
 single-process daemon's (every route answers, admin writes from loopback pass, counts
-reach /metrics), and the two processes live and die together (a dead cluster process
-stops the daemon; SIGTERM stops both, the leaving report first). That the cluster converges
-and a new group's first second is used as with one process is checked in both layouts by
-tests/test_cluster.py and tests/test_reaction_live.py (`LAYOUTS`).
+reach /metrics), and the two halves live and die together (a dead cluster process, a
+cluster thread that fails, stops the daemon; SIGTERM stops both, the leaving report
+first). That the cluster converges and a new group's first second is used as with one
+process is checked in every layout by tests/test_cluster.py and tests/test_reaction_live.py
+(`LAYOUTS`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
+import threading
 import sys
 import time
 import urllib.request
@@ -24,7 +29,9 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from rgd.api.admin import CLIENT_ADDRESS_HEADER, FORWARDED, client_address
-from tests.cluster_harness import CLUSTER_PROCESS, Cluster, wait_until
+from rgd import cluster_process
+from rgd.process_link import LinkClosed, receive, send
+from tests.cluster_harness import CLUSTER_PROCESS, CLUSTER_THREAD, Cluster, wait_until
 from tests.test_metrics import assert_head_then_get_metrics
 from tests.test_cluster import QUOTA
 
@@ -58,6 +65,13 @@ def post(url: str, body: dict, method: str = "POST") -> tuple[int, dict]:
         return exc.code, json.loads(raw) if raw else {}
 
 
+SPLIT = {"cluster-process": CLUSTER_PROCESS, "cluster-thread": CLUSTER_THREAD}
+
+
+def niceness(pid: int, tid: int) -> int:
+    return int(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rpartition(")")[2].split()[16])
+
+
 @pytest.fixture
 def split_cluster(broker, tmp_path):
     c = Cluster(broker.url, tmp_path, quota=QUOTA, extra=CLUSTER_PROCESS)
@@ -65,9 +79,23 @@ def split_cluster(broker, tmp_path):
     c.stop_all()
 
 
-def test_every_route_answers_and_the_cluster_process_counts_what_the_brokers_asked(split_cluster):
+@pytest.fixture(params=SPLIT.values(), ids=SPLIT.keys())
+def either_split(request, broker, tmp_path):
+    c = Cluster(broker.url, tmp_path, quota=QUOTA, extra=request.param)
+    yield c
+    c.stop_all()
+
+
+def test_every_route_answers_and_the_cluster_half_counts_what_the_brokers_asked(either_split):
+    split_cluster = either_split
     d = split_cluster.start("d1")
-    assert len(children(d.process.pid)) == 1  # the cluster process
+    if split_cluster.extra == CLUSTER_THREAD:
+        assert children(d.process.pid) == []  # one process: the cluster work in a thread
+        pid = d.process.pid
+        nice = {niceness(pid, int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()}
+        assert niceness(pid, pid) == 0 and 10 in nice  # the thread answering brokers is not niced; the cluster's is
+    else:
+        assert len(children(d.process.pid)) == 1  # the cluster process
     admitted = 0
     for _ in range(20):
         status, doc = post(d.url + "/v1/acquire", {"namespace": "acme/x", "kind": "publish", "messages": 1})
@@ -116,17 +144,19 @@ def test_the_cluster_process_stops_when_the_serving_process_is_killed(split_clus
     wait_until(lambda: not alive(child), 25)  # its own bounded graceful stop, then gone
 
 
-def test_sigterm_stops_both_processes_and_peers_hear_the_leaving_report(broker, tmp_path):
+@pytest.mark.parametrize("layout", SPLIT.values(), ids=SPLIT.keys())
+def test_sigterm_stops_both_halves_and_peers_hear_the_leaving_report(broker, tmp_path, layout):
     c = Cluster(broker.url, tmp_path, quota=QUOTA, ttl_ticks=10)  # eviction by TTL would take 10 s
     try:
         peer = c.start("plain")
-        c.extra = CLUSTER_PROCESS
+        c.extra = layout
         split = c.start("split")
         wait_until(lambda: "split" in peer.get_json("/readyz")[1]["members"], 10)
-        (child,) = children(split.process.pid)
+        kids = children(split.process.pid)
+        assert len(kids) == (1 if layout == CLUSTER_PROCESS else 0)
         t0 = time.monotonic()
         assert split.stop(20) == 0
-        assert not alive(child)
+        assert not any(alive(k) for k in kids)
         wait_until(lambda: "split" not in peer.get_json("/readyz")[1]["members"], 5)
         print(f"\nsplit daemon stopped and left the peer's members in {time.monotonic() - t0:.1f} s")
     finally:
@@ -153,3 +183,41 @@ def test_the_serving_process_imports_neither_numpy_nor_the_pulsar_client() -> No
             "print(sorted(m for m in ('numpy', 'pulsar', '_pulsar') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_cluster_thread_that_cannot_start_fails_the_daemon_with_its_reason(tmp_path):
+    """The embedded broker is the cluster half's to start: its failure reaches `rgd run`'s
+    exit status and stderr, and nothing is left running."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "pulsar-lite.rocksdb").write_text("a file where the broker wants its database directory")
+    rgd = str(Path(sys.executable).parent / "rgd")
+    proc = subprocess.run([rgd, "run", "--cluster-thread", "--listen", "127.0.0.1:0", "--id", "t",
+                           "--data-dir", str(data), "--log-dir", str(tmp_path / "logs")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "RocksDB" in proc.stderr, proc.stderr[-2000:]
+
+
+async def test_a_cluster_thread_that_fails_closes_the_link() -> None:
+    """However the cluster thread ends, the serving side reads the link's end (and stops the
+    daemon, as for a dead cluster process): here its start message is one it cannot use."""
+    ours, theirs = socket.socketpair()
+    ended = threading.Event()
+
+    def body() -> None:
+        try:
+            cluster_process.run_in_thread(theirs, "asyncio")
+        except Exception:
+            pass  # what the serving side's thread logs
+        finally:
+            ended.set()
+
+    threading.Thread(target=body, daemon=True).start()
+    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    send(writer, ("start", None, None))  # no settings: the Daemon cannot be made
+    await writer.drain()
+    with pytest.raises(LinkClosed):
+        await asyncio.wait_for(receive(reader), 10)
+    assert await asyncio.to_thread(ended.wait, 10)
+    writer.close()

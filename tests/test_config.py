@@ -63,6 +63,10 @@ def test_settings_layering_and_errors():
     with pytest.raises(SettingsError, match="strategy"):
         resolve({}, {}, {"strategy": "magic"})
     assert resolve({}, {"RGD_LOG_RECEIPT_PAYLOADS": "yes"}, {}).log_receipt_payloads is True
+    # The cluster work runs in a second process or in a second thread, not both.
+    with pytest.raises(SettingsError, match="command line: cluster_thread: cluster_process is set too"):
+        resolve({"cluster_process": True}, {}, {"cluster_thread": True})
+    assert resolve({"cluster_process": True}, {}, {"cluster_thread": True, "cluster_process": False}).cluster_thread
 
 
 def test_config_store_last_writer_wins_and_is_idempotent():
