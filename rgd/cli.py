@@ -114,9 +114,10 @@ def cmd_run(ns: argparse.Namespace) -> int:
     if settings.cluster_process or settings.cluster_thread:
         from rgd.serving_process import ServingProcess
 
+        serving = ServingProcess(settings, doc, ns.log_level)
+        del doc  # the cluster half gets it; this frame lives as long as the daemon
         # No watchdog: its stop waits for the cluster half's (rgd.serving_process.STOP_SECONDS).
-        code = _run_loop(_serve(ServingProcess(settings, doc, ns.log_level), pace_gc=False, stop_watchdog=None),
-                         settings.event_loop)
+        code = _run_loop(_serve(serving, pace_gc=False, stop_watchdog=None), settings.event_loop)
         if settings.cluster_thread:
             # As the cluster process ends itself: past the bounded stop nothing is left to do, and
             # the interpreter's exit would wait for the cluster thread's workers (a Pulsar call
