@@ -470,6 +470,19 @@ def compare(base: dict, new: dict) -> None:
           f"RSS max {ratio('rss_max_mb')}, /metrics worst {ratio('metrics_max_s')}")
 
 
+def _default_codec(code: Path | None) -> str:
+    """The report compression `rgd run` publishes with by default, in this tree or in the
+    baseline's (read there, as its daemon imports it: the baseline's bounds were judged
+    on uncompressed bytes before); "none" for a revision without the setting."""
+    if code is None:
+        from rgd.settings import Settings
+        return Settings().report_compression
+    out = subprocess.run([sys.executable, "-c", "from rgd.settings import Settings; "
+                          "print(getattr(Settings(), 'report_compression', 'none'))"],
+                         cwd=code, capture_output=True, text=True, timeout=60)
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "none"
+
+
 def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[int], peers: list[Peer]) -> dict:
     """One daemon (this tree's, or the code in `code`) through the whole load; its figures."""
     work = Path(tempfile.mkdtemp(prefix="rgd-scale-probe-"))
@@ -576,10 +589,8 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
     lat = figures.latencies
     # Brokers answered on a loop of their own: a cluster process (a child), or a cluster thread.
     split = bool(children) or (code is None and "--cluster-thread" in ns.daemon_arg)
-    codec = "none"
+    codec = _default_codec(code)
     if code is None:  # this tree's daemon: the setting's default unless a flag says otherwise
-        from rgd.settings import Settings
-        codec = Settings().report_compression
         for i, arg in enumerate(ns.daemon_arg):
             if arg.startswith("--report-compression"):
                 codec = arg.partition("=")[2] or ns.daemon_arg[i + 1]

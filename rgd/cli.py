@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from rgd import __version__
 from rgd.gc_pacing import GcPacer
-from rgd.malloc_tuning import fix_mmap_threshold, limit_arenas
+from rgd.malloc_tuning import fix_mmap_threshold
 from rgd.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolve
 
 # A daemon's graceful stop takes at most ~2 s (leaving report) + 4 s (Pulsar close) + 5 s
@@ -109,8 +109,6 @@ def cmd_run(ns: argparse.Namespace) -> int:
         print(f"rgd: {exc}", file=sys.stderr)
         return 2
     fix_mmap_threshold()  # before the Pulsar client's threads allocate anything
-    if settings.cluster_thread:
-        limit_arenas()  # before the cluster thread allocates anything (rgd/malloc_tuning.py)
     if settings.cluster_process or settings.cluster_thread:
         from rgd.serving_process import ServingProcess
 

@@ -13,17 +13,8 @@ blocks. bench/scale_probe.py, one process, reports as rgd sends them, two runs e
 most 150 / 150 MB at glibc's default, 144 / 145 MB with 64 KiB; acquire latency and loop
 work within the runs' spread. Python's own allocator (objects under 512 bytes) is unaffected.
 
-One malloc arena for `rgd run --cluster-thread` (`limit_arenas`): glibc gives each thread
-that allocates while another holds the lock an arena of its own (up to 8 per core), and
-the cluster thread, which folds every peer's report, filled one whose freed space stayed
-resident beside the main thread's. The probe, thread layout (`--daemon-arg=--cluster-thread`),
-same day: RSS at most 176 MB with glibc's arenas, 157-158 MB with one, acquire latency within
-the runs' spread (the two threads share the GIL anyway: they hardly ever allocate at once).
-The one-process daemon gained nothing from it (161 MB either way): its Python work is on
-one thread already.
-
-Only glibc has these options, and an operator who set glibc's MALLOC_MMAP_THRESHOLD_ or
-MALLOC_ARENA_MAX keeps that choice.
+Only glibc has M_MMAP_THRESHOLD, and an operator who set glibc's MALLOC_MMAP_THRESHOLD_
+keeps that choice.
 """
 
 from __future__ import annotations
@@ -34,30 +25,18 @@ import os
 import platform
 from typing import Mapping
 
-__all__ = ["ARENA_ENV_OVERRIDE", "ENV_OVERRIDE", "MMAP_THRESHOLD_BYTES", "fix_mmap_threshold", "limit_arenas"]
+__all__ = ["ENV_OVERRIDE", "MMAP_THRESHOLD_BYTES", "fix_mmap_threshold"]
 
 log = logging.getLogger(__name__)
 
 M_MMAP_THRESHOLD = -3  # <malloc.h>
-M_ARENA_MAX = -8  # <malloc.h>
 MMAP_THRESHOLD_BYTES = 64 * 1024
 ENV_OVERRIDE = "MALLOC_MMAP_THRESHOLD_"  # glibc's tunable: when set, glibc already applied it
-ARENA_ENV_OVERRIDE = "MALLOC_ARENA_MAX"
 
 
 def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES, environ: Mapping[str, str] = os.environ) -> bool:
     """Set glibc malloc's mmap threshold once, at a process's start; whether it was set."""
-    return _mallopt(M_MMAP_THRESHOLD, "M_MMAP_THRESHOLD", threshold, ENV_OVERRIDE, environ)
-
-
-def limit_arenas(count: int = 1, environ: Mapping[str, str] = os.environ) -> bool:
-    """At most `count` malloc arenas, set before any other thread allocates (a thread keeps
-    the arena it first got); whether it was set."""
-    return _mallopt(M_ARENA_MAX, "M_ARENA_MAX", count, ARENA_ENV_OVERRIDE, environ)
-
-
-def _mallopt(param: int, name: str, value: int, override: str, environ: Mapping[str, str]) -> bool:
-    if environ.get(override) or platform.libc_ver()[0] != "glibc":
+    if environ.get(ENV_OVERRIDE) or platform.libc_ver()[0] != "glibc":
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -65,7 +44,7 @@ def _mallopt(param: int, name: str, value: int, override: str, environ: Mapping[
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    done = bool(mallopt(param, value))
+    done = bool(mallopt(M_MMAP_THRESHOLD, threshold))
     if not done:
-        log.warning("mallopt(%s, %d) refused; malloc keeps its default", name, value)
+        log.warning("mallopt(M_MMAP_THRESHOLD, %d) refused; malloc keeps its default", threshold)
     return done
