@@ -131,6 +131,7 @@ class TickCounters:
     admitted_bytes: int = 0
     throttled_messages: int = 0
     throttled_bytes: int = 0
+    events: int = 0  # asks and usage records (what total_events adds up)
 
     @property
     def idle(self) -> bool:
@@ -207,18 +208,20 @@ class Limiter:
         key = (group.name, kind)
         st = self.states.get(key)
         if st is None:
-            now = self.clock() if now is None else now
-            msgs, nbytes = self.initial_limits(group, kind)
-            st = KindState(
-                TokenBucket.new(msgs, now, bucket_seconds(self.burst_seconds, msgs, 1.0), self.max_debt_seconds),
-                TokenBucket.new(nbytes, now, self.burst_seconds, self.max_debt_seconds),
-            )
-            if self.start_seconds is not None:
-                for b in (st.messages, st.bytes):
-                    if b.rate != INF:
-                        b.tokens = min(b.tokens, b.rate * self.start_seconds)
-            self.states[key] = st
+            st = self.states[key] = self._new_state(group, kind, self.clock() if now is None else now)
             self.states_version += 1
+        return st
+
+    def _new_state(self, group: ResourceGroup, kind: str, now: float) -> KindState:
+        msgs, nbytes = self.initial_limits(group, kind)
+        st = KindState(
+            TokenBucket.new(msgs, now, bucket_seconds(self.burst_seconds, msgs, 1.0), self.max_debt_seconds),
+            TokenBucket.new(nbytes, now, self.burst_seconds, self.max_debt_seconds),
+        )
+        if self.start_seconds is not None:
+            for b in (st.messages, st.bytes):
+                if b.rate != INF:
+                    b.tokens = min(b.tokens, b.rate * self.start_seconds)
         return st
 
     def take_counted(self) -> set[tuple[str, str]]:
@@ -308,6 +311,7 @@ class Limiter:
         tick = st.tick
         st.namespaces.add(namespace)
         st.total_events += 1
+        tick.events += 1
         if topic is not None:
             _add_topic(st, topic)
         if short_m == 0.0 and short_b == 0.0:
@@ -399,6 +403,7 @@ class Limiter:
                 st.total_admitted_messages += taken_m
                 st.total_admitted_bytes += taken_b
                 st.total_events += admitted
+                tick.events += admitted
         rest: list[Decision] = []
         if admitted < len(asks):
             acquire = self.acquire
@@ -421,6 +426,7 @@ class Limiter:
         st.total_admitted_messages += messages
         st.total_admitted_bytes += nbytes
         st.total_events += 1
+        st.tick.events += 1
         st.namespaces.add(namespace)
         if topic is not None:
             _add_topic(st, topic)
