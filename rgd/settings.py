@@ -148,7 +148,8 @@ HELP: dict[str, str] = {
                        "work (Pulsar, usage map, calculator, reports, usage log; every other route) in a second "
                        "one, so no ask waits behind it: for thousands of groups among many daemons",
     "cluster_thread": "as cluster_process, but the cluster work runs in a second thread of this process (one "
-                      "interpreter: less memory; asks wait at most a GIL switch, 1 ms, behind it)",
+                      "interpreter: less memory; asks wait for the GIL, switched every 1 ms, and for garbage "
+                      "collections)",
 }
 
 
