@@ -686,7 +686,8 @@ def print_result(r: dict) -> None:
         cluster = r.get("cluster_cpu_ms_per_tick")
         if r.get("split"):
             link = r["serving_link_ms_per_tick"]
-            print(f"{'thread' if r.get('cluster_thread') else 'process'} answering brokers, per tick: counts handed over {_ms(link['counts'])}, limits applied "
+            half = "thread" if r.get("cluster_thread") else "process"
+            print(f"{half} answering brokers, per tick: counts handed over {_ms(link['counts'])}, limits applied "
                   f"{_ms(link['limits'])}, garbage collection {_ms(r['serving_gc_ms_per_tick'])}")
         print(f"CPU per tick over the load: the daemon's process {_ms(r['serving_cpu_ms_per_tick'])}"
               + ("" if cluster is None else f", its cluster process {_ms(cluster)} (tick and react figures above "

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from dataclasses import fields
+from types import ModuleType
 from typing import Any, Sequence
 
 from rgd import __version__
@@ -133,16 +134,25 @@ def cmd_run(ns: argparse.Namespace) -> int:
 def _run_loop(main: Any, event_loop: str) -> int:
     """uvloop when asked or, for `auto`, when installed (the benchmark's batch figures
     are about 20 % better on it); asyncio's own loop otherwise."""
-    if event_loop != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            if event_loop == "uvloop":
-                print("rgd: event_loop uvloop: uvloop is not installed", file=sys.stderr)
-                return 2
-        else:
-            return uvloop.run(main)
+    uvloop = installed_uvloop(event_loop)
+    if uvloop is not None:
+        return uvloop.run(main)
+    if event_loop == "uvloop":
+        print("rgd: event_loop uvloop: uvloop is not installed", file=sys.stderr)
+        return 2
     return asyncio.run(main)
+
+
+def installed_uvloop(event_loop: str) -> ModuleType | None:
+    """The uvloop module when the `event_loop` setting asks for it (`uvloop`, `auto`) and it
+    is installed; None for asyncio's own loop."""
+    if event_loop == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop
 
 
 async def _serve(daemon: Any, pace_gc: bool = True, stop_watchdog: float | None = STOP_WATCHDOG_SECONDS) -> int:

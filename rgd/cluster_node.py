@@ -540,9 +540,8 @@ class ClusterNode:
         # At each react over the last tick: when, the buckets then, and their cumulative
         # counters (four per bucket, and the events: asks and usage records).
         self._snapshots = _SnapshotLog()
-        # The newest snapshot's counters (five columns) and the limiter's states_version then:
-        # while the version holds, the next snapshot rereads only the buckets counted since.
-        self._counters: np.ndarray | None = None
+        # The limiter and its states_version at the newest snapshot read in full: while both
+        # hold, the next snapshot rereads only the buckets counted since.
         self._counters_version: tuple[object, int] | None = None
         self._early_at: dict[str, float] = {}
         self._early_this_tick: set[str] = set()
@@ -1297,15 +1296,17 @@ class ClusterNode:
         reported."""
         limiter = self.limiter
         states = limiter.states
-        prev = self._snapshots[-1].layout if len(self._snapshots) else None
+        newest = self._snapshots[-1] if len(self._snapshots) else None
+        prev = newest.layout if newest is not None else None
         version = limiter.states_version
         changed: np.ndarray | None = None
-        if prev is not None and self._counters is not None and (limiter, version) == self._counters_version:
+        if newest is not None and (limiter, version) == self._counters_version:
             # The same buckets as at the last snapshot: its counters, with the buckets counted
             # since reread (at PIP-82's scale a react rereads a few hundred of 10 000).
             layout = prev
             keys = layout.keys
-            counters = self._counters.copy()
+            assert newest.full is not None  # the newest snapshot is always held whole
+            counters = newest.full.copy()
             counted = limiter.take_counted()
             rows = layout.rows
             changed = np.fromiter(map(rows.__getitem__, counted), dtype=np.intp, count=len(counted))
@@ -1325,7 +1326,6 @@ class ClusterNode:
         if layout is prev and len(self._born) < len(keys):  # a group forgotten and back under the same keys
             for key in keys:
                 self._born.setdefault(key, now)
-        self._counters = counters
         totals, events_total = counters[:, :4], counters[:, 4]
         snaps = self._snapshots
         snaps.append(now, layout, counters, changed)

@@ -155,15 +155,11 @@ def run_in_thread(sock: socket.socket, event_loop: str) -> int:
 
 
 def _new_event_loop(event_loop: str) -> asyncio.AbstractEventLoop:
-    """The loop `rgd run` would pick (rgd.cli._run_loop): uvloop unless asyncio is asked for."""
-    if event_loop != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
+    """The loop `rgd run` picks for the setting (rgd.cli._run_loop)."""
+    from rgd.cli import installed_uvloop
+
+    uvloop = installed_uvloop(event_loop)
+    return uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
 
 
 async def _run(sock: socket.socket, in_thread: bool = False) -> int:

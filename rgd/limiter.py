@@ -374,10 +374,7 @@ class Limiter:
         topics = set(map(_topic_of, asks))
         topics.discard(None)
         if topics:
-            if st.topics is None:
-                st.topics = topics  # type: ignore[assignment]  # None discarded
-            else:
-                st.topics |= topics  # type: ignore[operator]
+            add_topics(st, topics)  # type: ignore[arg-type]  # None discarded
         base_m = _run_base(mb.rate, mb.tokens)
         base_b = _run_base(bb.rate, bb.tokens)
         if base_m is None or base_b is None:
@@ -451,6 +448,14 @@ def _add_topic(st: KindState, topic: str) -> None:
         st.topics = {topic}
     else:
         st.topics.add(topic)
+
+
+def add_topics(st: KindState, topics: Iterable[str]) -> None:
+    """Topic names seen by a bucket (its set made on the first)."""
+    if st.topics is None:
+        st.topics = set(topics)
+    else:
+        st.topics.update(topics)
 
 
 def _run_base(rate: float, tokens: float) -> int | None:

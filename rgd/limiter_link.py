@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple
 
 from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import (
-    DRAIN_KEEP_SECONDS, AskLike, BatchOutcome, Decision, InitialLimits, KindState, Limiter, full_quota,
+    DRAIN_KEEP_SECONDS, AskLike, BatchOutcome, Decision, InitialLimits, KindState, Limiter, add_topics, full_quota,
 )
 from rgd.token_bucket import DEFAULT_BURST_SECONDS, INF
 
@@ -258,10 +258,7 @@ class MirrorLimiter(Limiter):
             if namespaces:
                 st.namespaces.update(namespaces)
             if topics:
-                if st.topics is None:
-                    st.topics = set(topics)
-                else:
-                    st.topics.update(topics)
+                add_topics(st, topics)
 
 
 class MirrorRate:

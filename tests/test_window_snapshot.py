@@ -75,7 +75,7 @@ def test_each_snapshot_equals_a_full_reread(seed: int, mirror: bool) -> None:
         node._window_counts(clock.t)
         incremental += before == node._counters_version
         history[clock.t] = (tuple(node.limiter.states), full_reread(node))
-        assert np.array_equal(node._counters, full_reread(node))
+        assert np.array_equal(node._snapshots[-1].full, full_reread(node))
         # Every snapshot kept (the older ones read back through the undo log) is what was read then.
         snaps = node._snapshots
         read_back += len(snaps) - 1
@@ -101,4 +101,4 @@ def test_a_new_limiter_is_read_in_full() -> None:
     node.limiter.take_counted()  # nothing marked: only a full reread sees the 7
     clock.t += 0.05
     node._window_counts(clock.t)
-    assert node._counters.tolist() == [[7, 70, 0, 0, 1]]
+    assert node._snapshots[-1].full.tolist() == [[7, 70, 0, 0, 1]]
