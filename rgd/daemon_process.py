@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,7 +18,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rgd.embedded_broker import free_port
+from rgd.embedded_broker import HOST, free_port
+
+# How often a start that lost its port to another process is tried again on a new one.
+PORT_RETRIES = 3
 
 
 @dataclass
@@ -62,10 +66,32 @@ class DaemonProcess:
         tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
         return "".join(f"\n  | {line}" for line in tail)
 
+    def _lost_its_port(self) -> bool:
+        """Whether the daemon exited because another process holds its port.
+
+        `free_port` can only name a port that was free a moment ago: a broker or another
+        daemon started beside this one (pytest runs many) may take it before `rgd run`
+        binds. The daemon then exits 1 saying "address already in use"; without a log
+        to read, a port nobody can bind now says the same."""
+        if "address already in use" in self.log_tail(5):
+            return True
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((HOST, self.port))
+            except OSError:
+                return True
+        return False
+
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
+        retries = PORT_RETRIES
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
+                if self.process.returncode == 1 and retries > 0 and self._lost_its_port():
+                    retries -= 1
+                    self.port = free_port()
+                    self.start()
+                    continue
                 raise RuntimeError(f"{self.daemon_id} exited with {self.process.returncode} "
                                    f"(log: {self.log_path}){self.log_tail()}")
             try:

@@ -6,6 +6,7 @@ exited must travel in the error itself.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -57,3 +58,32 @@ def test_a_stop_within_the_watchdog_exits_cleanly(tmp_path: Path) -> None:
     quick = HANGING_STOP.replace("time.sleep(30)", "time.sleep(0.1)")
     done = subprocess.run([sys.executable, "-c", quick, "5.0"], capture_output=True, text=True, timeout=25)
     assert done.returncode == 0 and "Timeout" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("with_log", [True, False], ids=["log", "no-log"])
+def test_a_start_whose_port_was_taken_moves_to_a_free_one(broker, tmp_path: Path, with_log: bool) -> None:
+    """`free_port` names a port that was free a moment ago; pytest starts brokers and
+    daemons side by side, and one took a daemon's port before it bound (two CI errors)."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    d = DaemonProcess("moved", ["--pulsar-url", broker.url, "--data-dir", str(tmp_path / "data"),
+                                "--log-dir", str(tmp_path / "log")],
+                      port=port, log_path=tmp_path / "d.out" if with_log else None).start()
+    try:
+        d.wait_ready(timeout=60)
+        assert d.port != port
+        assert d.get_json("/readyz")[0] == 200
+    finally:
+        d.stop()
+        taken.close()
+
+
+def test_a_start_that_fails_for_another_reason_is_not_retried(tmp_path: Path) -> None:
+    d = DaemonProcess("bad", ["--tick", "-1", "--data-dir", str(tmp_path / "data")], log_path=tmp_path / "d.out")
+    port = d.port
+    d.start()
+    with pytest.raises(RuntimeError):
+        d.wait_ready(timeout=30)
+    assert d.port == port
