@@ -419,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", metavar="GIT_REV", help="first run the daemon of this revision (git archive into "
                    "a scratch directory) the same way, and compare")
     p.add_argument("--daemon-arg", action="append", default=[], help="extra `rgd run` flag for this tree's daemon (repeatable; --daemon-arg=--flag=value)")
+    p.add_argument("--baseline-arg", action="append", default=[], help="extra `rgd run` flag for the baseline's "
+                   "daemon (repeatable; --baseline-arg=--cluster-thread compares a layout with itself)")
     p.add_argument("--out", help="also write the figures as JSON here")
     p.add_argument("--keep", action="store_true", help="keep the work directories (daemon logs, usage logs)")
     ns = p.parse_args(argv)
@@ -483,6 +485,15 @@ def _default_codec(code: Path | None) -> str:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "none"
 
 
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Every thread of process `pid` to `cpus` (an affinity is a thread's, not a process's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
 def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[int], peers: list[Peer]) -> dict:
     """One daemon (this tree's, or the code in `code`) through the whole load; its figures."""
     work = Path(tempfile.mkdtemp(prefix="rgd-scale-probe-"))
@@ -492,10 +503,18 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "tenants": {namespace_name(g).partition("/")[0]: group_name(g) for g in own},
     }))
     broker = start_or_join(work / "broker")
+    # The daemon's core is the daemon's: the broker, this process's publishing threads and
+    # the load's process run on the others. Left to the scheduler, the broker's threads
+    # (~99 x 130 KB in and out a second) ran on the daemon's core in some runs and not in
+    # others, and the same tree's CPU a tick read 716 ms in one run and 800 in the next.
+    others = (os.sched_getaffinity(0) - {ns.cpu}) or {ns.cpu}
+    os.sched_setaffinity(0, others)  # threads started from here on inherit it
+    if broker.process is not None:
+        pin_threads(broker.process.pid, others)
     focus = "focus"
     daemon = DaemonProcess(focus, ["--pulsar-url", broker.url, "--config", str(config), "--tick", "1",
                                    "--log-dir", str(work / "logs"), "--data-dir", str(work),
-                                   *(ns.daemon_arg if code is None else [])],
+                                   *(ns.daemon_arg if code is None else ns.baseline_arg)],
                            log_path=work / "focus.out", cpus={ns.cpu}, cwd=str(code) if code else None)
     stop = threading.Event()
     figures = Figures()
@@ -541,7 +560,6 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         print(f"{label}: {ns.peers} peers publishing for {ns.seconds:.0f} s...", flush=True)
         children = _process_tree(pid)[1:]  # with --cluster-process: the cluster process
         cpu0 = cpu_seconds(pid), sum(map(cpu_seconds, children))
-        others = (os.sched_getaffinity(0) - {ns.cpu}) or {ns.cpu}  # the daemon's core is the daemon's
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             (figures.latencies, figures.timeouts, figures.errors, figures.usage_posts) = pool.submit(
                 load_elsewhere, daemon.url, own, ns.ask_rate, ns.seconds, others).result()
@@ -588,12 +606,12 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
 
     lat = figures.latencies
     # Brokers answered on a loop of their own: a cluster process (a child), or a cluster thread.
-    split = bool(children) or (code is None and "--cluster-thread" in ns.daemon_arg)
-    codec = _default_codec(code)
-    if code is None:  # this tree's daemon: the setting's default unless a flag says otherwise
-        for i, arg in enumerate(ns.daemon_arg):
-            if arg.startswith("--report-compression"):
-                codec = arg.partition("=")[2] or ns.daemon_arg[i + 1]
+    args = ns.daemon_arg if code is None else ns.baseline_arg
+    split = bool(children) or "--cluster-thread" in args
+    codec = _default_codec(code)  # the setting's default in that tree unless a flag says otherwise
+    for i, arg in enumerate(args):
+        if arg.startswith("--report-compression"):
+            codec = arg.partition("=")[2] or args[i + 1]
     return {
         "label": label, "published_codec": codec,
         "seconds": ns.seconds, "peers": ns.peers, "groups": len(own), "ask_rate": ns.ask_rate, "cpu": ns.cpu,

@@ -3,8 +3,8 @@
     python -m rgd.cluster_process FD LOG_LEVEL EVENT_LOOP   (started by rgd.serving_process, not by hand)
 
 With `--cluster-thread` the same runs in a second thread of the serving process, on an
-event loop of its own (`run_in_thread`), over a socketpair within the process: one
-interpreter instead of two. What is said of "the process" below holds for that thread.
+event loop of its own (`run_in_thread`), over a link that hands the messages' objects
+over instead of pickling them (rgd.process_link.thread_link): one interpreter instead of two. What is said of "the process" below holds for that thread.
 
 It runs `Daemon` as `rgd run` does (Pulsar, the usage map, the calculator, reports,
 the usage log, config from the file and the config topic, every HTTP route but the
@@ -36,7 +36,7 @@ from rgd.daemon import Daemon
 from rgd.gc_pacing import GcPacer
 from rgd.limiter_link import MirrorLimiter, initial_fraction
 from rgd.malloc_tuning import fix_mmap_threshold
-from rgd.process_link import LinkClosed, receive, send
+from rgd.process_link import Link, LinkClosed, SocketLink, ThreadLink
 
 log = logging.getLogger("rgd.cluster_process")
 
@@ -50,11 +50,9 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 class ClusterLink:
     """This side of the link: counts in, the registry and limit operations out."""
 
-    def __init__(self, daemon: Daemon, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 stop: asyncio.Event) -> None:
+    def __init__(self, daemon: Daemon, link: Link, stop: asyncio.Event) -> None:
         self.daemon = daemon
-        self.reader = reader
-        self.writer = writer
+        self.link = link
         self.stop = stop
         self.mirror = daemon.limiter
         assert isinstance(self.mirror, MirrorLimiter)
@@ -78,7 +76,8 @@ class ClusterLink:
         config = self.daemon.config
         if config.generation != self._generation:
             self._generation = config.generation
-            send(self.writer, ("config", config.effective.copy()))
+            # Replaced whole on every change, never edited (rgd.config_store): sent as it is.
+            self.link.send(("config", config.effective))
         ops = []
         fraction = initial_fraction(self.daemon.node.limits_for)
         if fraction != self._fraction:
@@ -86,11 +85,11 @@ class ClusterLink:
             ops.append(("initial", fraction))
         ops.extend(self.mirror.take_ops())
         if ops:
-            send(self.writer, ("ops", ops))
+            self.link.send(("ops", ops))
         settled = self.daemon.node.settled()
         if settled != self._settled:  # after the shares it settled with: /readyz waits for both
             self._settled = settled
-            send(self.writer, ("settled", settled))
+            self.link.send(("settled", settled))
 
     async def send_loop(self) -> None:
         interval = self.daemon.node.config.react_seconds
@@ -101,12 +100,12 @@ class ClusterLink:
                 pass
             self._wake.clear()
             self.flush()
-            await self.writer.drain()
+            await self.link.drain()
 
     async def receive_loop(self) -> None:
         try:
             while True:
-                message = await receive(self.reader)
+                message = await self.link.receive()
                 if message[0] == "counts":
                     self.mirror.absorb(message[1], self.daemon.config.effective.groups)
                 elif message[0] == "stop":
@@ -124,12 +123,12 @@ async def run(fd: int) -> int:
     """The cluster process's life; ends the process itself once it has stopped: past the
     bounded stop nothing is left to do, and asyncio's teardown would wait for worker
     threads (a Pulsar call that never returns among them)."""
-    code = await _run(socket.socket(fileno=fd))
+    code = await _run(await SocketLink.open(socket.socket(fileno=fd)))
     logging.shutdown()
     os._exit(code)
 
 
-def run_in_thread(sock: socket.socket, event_loop: str) -> int:
+def run_in_thread(link: ThreadLink, event_loop: str) -> int:
     """The cluster half's life in a thread of the serving process (`--cluster-thread`), on
     an event loop of its own. However it ends (a stop, a failed start, an exception) the
     link is closed, so the serving side sees it go (and stops, as when a cluster process
@@ -144,13 +143,9 @@ def run_in_thread(sock: socket.socket, event_loop: str) -> int:
     loop = _new_event_loop(event_loop)
     asyncio.set_event_loop(loop)
     try:
-        return loop.run_until_complete(_run(sock, in_thread=True))
+        return loop.run_until_complete(_run(link, in_thread=True))
     finally:
-        if sock.fileno() != -1:  # still open (the transport closes it when it ends): EOF for the serving side
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # not close: the transport may still hold the fd
-            except OSError:
-                pass
+        link.close()  # the end of the link for the serving side
         loop.close()
 
 
@@ -162,33 +157,32 @@ def _new_event_loop(event_loop: str) -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
 
 
-async def _run(sock: socket.socket, in_thread: bool = False) -> int:
+async def _run(link: Link, in_thread: bool = False) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     if not in_thread:  # in a thread the serving side's handlers stop us, over the link
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-    reader, writer = await asyncio.open_unix_connection(sock=sock)
-    message: Any = await receive(reader)
+    message: Any = await link.receive()
     _, settings, doc = message
     daemon = Daemon(settings, doc, limiter_class=MirrorLimiter)
     daemon.behind_serving_process = True
-    link = ClusterLink(daemon, reader, writer, stop)
-    link.flush()  # the groups in force before the first ask can find a bucket
+    cluster_link = ClusterLink(daemon, link, stop)
+    cluster_link.flush()  # the groups in force before the first ask can find a bucket
     try:
         await daemon.start()
     except Exception as exc:
         log.error("startup failed: %s", exc)
-        send(writer, ("failed", str(exc)))
-        await writer.drain()
+        link.send(("failed", str(exc)))
+        await link.drain()
         await daemon.stop()
         return 1
     daemon.gc_pacer = GcPacer()
     daemon.gc_pacer.start()
-    link.flush()
-    send(writer, ("ready",))
-    tasks = [asyncio.create_task(link.send_loop(), name="link-send"),
-             asyncio.create_task(link.receive_loop(), name="link-receive")]
+    cluster_link.flush()
+    link.send(("ready",))
+    tasks = [asyncio.create_task(cluster_link.send_loop(), name="link-send"),
+             asyncio.create_task(cluster_link.receive_loop(), name="link-receive")]
     await stop.wait()
     try:
         await asyncio.wait_for(daemon.stop(), STOP_SECONDS)
@@ -198,9 +192,9 @@ async def _run(sock: socket.socket, in_thread: bool = False) -> int:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     try:
-        link.flush()
-        await writer.drain()
-        writer.close()
+        cluster_link.flush()
+        await link.drain()
+        link.close()
     except (ConnectionError, RuntimeError):
         pass  # the serving process is gone: nothing left to tell it
     return 0

@@ -17,7 +17,8 @@ leaving report goes out first. If it dies, this process stops too (exit status 1
 as a daemon whose cluster half is gone must not go on deciding with stale limits.
 
 `rgd run --cluster-thread` runs the same cluster half in a second thread of this
-process instead (`rgd.cluster_process.run_in_thread`), over the same link: one
+process instead (`rgd.cluster_process.run_in_thread`), over a link that hands the
+messages' objects over instead of pickling them (rgd.process_link): one
 interpreter, its imports and heap once, where two processes held ~60 MB more at
 PIP-82's scale (bench/scale_probe.py). The price is the GIL: an ask waits for the
 cluster thread to give it up, so the switch interval is 1 ms instead of 5 (a waiting
@@ -57,7 +58,7 @@ from rgd.gc_pacing import GcPacer
 from rgd.http_sites import HttpListeners
 from rgd.limiter_link import ServingLimiter
 from rgd.metrics import http_connection_families
-from rgd.process_link import LinkClosed, receive, send
+from rgd.process_link import Link, LinkClosed, SocketLink, ThreadLink, thread_link
 from rgd.quota.calculator import start_seconds_for
 from rgd.settings import Settings
 
@@ -149,15 +150,16 @@ class _ClusterThread:
 
     kill_outcome = "left to end with the process"
 
-    def __init__(self, sock: socket.socket, event_loop: str) -> None:
+    def __init__(self, link: ThreadLink, event_loop: str) -> None:
         from rgd.cluster_process import run_in_thread  # numpy and the Pulsar client: only in this layout
 
         def body() -> None:
             try:
-                run_in_thread(sock, event_loop)
-            except BaseException:  # the link is closed whatever happened: the serving side stops
+                run_in_thread(link, event_loop)
+            except BaseException:
                 log.exception("the cluster thread failed")
             finally:
+                link.close()  # however it ended (run_in_thread closes it too): the serving side stops
                 self._ended.set()
 
         self._ended = threading.Event()
@@ -203,8 +205,7 @@ class ServingProcess:
         self.stopped = asyncio.Event()  # set when this process should stop (the cluster process died)
         self._dir: str | None = None
         self._cluster: _ClusterChild | _ClusterThread | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader: asyncio.StreamReader | None = None
+        self._link: Link | None = None
         self._client: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
@@ -229,27 +230,30 @@ class ServingProcess:
         await self.listeners.open(app, s, embedded_broker=not s.pulsar_url)
         self._dir = tempfile.mkdtemp(prefix="rgd-cluster-")  # 0700: the socket is ours alone
         http_socket = os.path.join(self._dir, "http.sock")
-        ours, theirs = socket.socketpair()
         if s.cluster_thread:
+            ours, theirs = thread_link()
+            self._link = ours
             self._cluster = _ClusterThread(theirs, s.event_loop)
         else:
+            ours_end, theirs_end = socket.socketpair()
             try:
                 self._cluster = _ClusterChild(await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "rgd.cluster_process", str(theirs.fileno()), self.log_level, s.event_loop,
-                    pass_fds=(theirs.fileno(),),
+                    sys.executable, "-m", "rgd.cluster_process", str(theirs_end.fileno()), self.log_level,
+                    s.event_loop, pass_fds=(theirs_end.fileno(),),
                 ))
             finally:
-                theirs.close()
-        self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
-        send(self._writer, ("start", replace(s, listen=f"unix:{http_socket}", cluster_process=False,
-                                             cluster_thread=False), self.config_doc))
+                theirs_end.close()
+            self._link = await SocketLink.open(ours_end)
+        link = self._link
+        link.send(("start", replace(s, listen=f"unix:{http_socket}", cluster_process=False, cluster_thread=False),
+                   self.config_doc))
         # The cluster half holds the document now, and the groups in force come back from it
         # (the "config" message, before it is ready): ~2.5 MB at 5 000 groups not kept twice.
         self.config_doc = None
-        await self._writer.drain()
+        await link.drain()
         while True:
             try:
-                message = await receive(self._reader)
+                message = await link.receive()
             except LinkClosed:
                 raise RuntimeError(f"the {self._cluster.name} exited while starting (its log says why)") from None
             if message[0] == "ready":
@@ -277,10 +281,10 @@ class ServingProcess:
         """Graceful: the cluster process stops first (its leaving report goes out), then
         what this process holds."""
         self._stopping = True
-        if self._writer is not None and self._cluster is not None and self._cluster.running:
+        if self._link is not None and self._cluster is not None and self._cluster.running:
             try:
-                send(self._writer, ("stop",))
-                await self._writer.drain()
+                self._link.send(("stop",))
+                await self._link.drain()
             except (ConnectionError, RuntimeError):
                 pass  # already gone
         await self._release()
@@ -303,9 +307,9 @@ class ServingProcess:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        if self._link is not None:
+            self._link.close()
+            self._link = None
         client, self._client = self._client, None
         if client is not None:
             await client.close()
@@ -330,10 +334,11 @@ class ServingProcess:
             log.error("serving link: unknown message %r ignored", what)
 
     async def _receive(self) -> None:
-        assert self._reader is not None
+        assert self._link is not None
+        link = self._link
         try:
             while True:
-                message = await receive(self._reader)
+                message = await link.receive()
                 if message[0] == "ops" and len(message[1]) > OPS_SLICE:
                     # A recompute of thousands of groups: applied a slice at a time, in
                     # order, with asks answered in between (the next message waits).
@@ -352,7 +357,8 @@ class ServingProcess:
             self.stopped.set()
 
     async def _hand_over(self) -> None:
-        assert self._writer is not None
+        assert self._link is not None
+        link = self._link
         interval = self.settings.tick / REACTS_PER_TICK
         while True:
             await asyncio.sleep(interval)
@@ -360,9 +366,9 @@ class ServingProcess:
                 # A slice at a time: after a slow cluster process kept the link full, thousands of
                 # buckets wait, and handing them over at once held the loop 15-25 ms.
                 started = time.perf_counter()
-                send(self._writer, ("counts", self.limiter.take_counts(COUNTS_SLICE)))
+                link.send(("counts", self.limiter.take_counts(COUNTS_SLICE)))
                 self.figures.link_seconds["counts"] += time.perf_counter() - started
-                await self._writer.drain()  # the cluster process reads them as it can: the loop goes on
+                await link.drain()  # the cluster process reads them as it can: the loop goes on
 
     # -- every route but the brokers' --------------------------------------------------------
 

@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import sys
@@ -30,7 +29,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from rgd.api.admin import CLIENT_ADDRESS_HEADER, FORWARDED, client_address
 from rgd import cluster_process
-from rgd.process_link import LinkClosed, receive, send
+from rgd.process_link import LinkClosed, thread_link
 from tests.cluster_harness import CLUSTER_PROCESS, CLUSTER_THREAD, Cluster, wait_until
 from tests.test_metrics import assert_head_then_get_metrics
 from tests.test_cluster import QUOTA
@@ -202,7 +201,7 @@ def test_a_cluster_thread_that_cannot_start_fails_the_daemon_with_its_reason(tmp
 async def test_a_cluster_thread_that_fails_closes_the_link() -> None:
     """However the cluster thread ends, the serving side reads the link's end (and stops the
     daemon, as for a dead cluster process): here its start message is one it cannot use."""
-    ours, theirs = socket.socketpair()
+    ours, theirs = thread_link()
     ended = threading.Event()
 
     def body() -> None:
@@ -214,10 +213,9 @@ async def test_a_cluster_thread_that_fails_closes_the_link() -> None:
             ended.set()
 
     threading.Thread(target=body, daemon=True).start()
-    reader, writer = await asyncio.open_unix_connection(sock=ours)
-    send(writer, ("start", None, None))  # no settings: the Daemon cannot be made
-    await writer.drain()
+    ours.send(("start", None, None))  # no settings: the Daemon cannot be made
+    await ours.drain()
     with pytest.raises(LinkClosed):
-        await asyncio.wait_for(receive(reader), 10)
+        await asyncio.wait_for(ours.receive(), 10)
     assert await asyncio.to_thread(ended.wait, 10)
-    writer.close()
+    ours.close()
