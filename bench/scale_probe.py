@@ -32,7 +32,13 @@ issue's bounds:
 - the daemon's own report bytes: the first report, and the mean per tick after it,
   as published (compression off) and as LZ4 / ZSTD would carry them (measured on the
   captured payloads with the same codecs the Pulsar client uses, when installed);
-- how long /metrics took to answer (scraped every 15 s, as a Prometheus would).
+- how long /metrics took to answer (scraped every 15 s, as a Prometheus would);
+- to tell the machine from the daemon: the daemon's CPU each second (means of 5 s), where
+  its ticks fall in the peers' rounds, and a fixed piece of Python timed on its core before
+  and after the run.
+The daemon's core is its own: the broker, the peers' publishing and the load run on the
+other cores. Runs of one tree are bimodal on this machine (~700 or ~800 ms of CPU a tick,
+from the first second on): compare several runs, or a baseline in the same run.
 Everything it starts is stopped at the end, also on errors.
 """
 
@@ -147,6 +153,8 @@ class Figures:
     published_bytes: int = 0
     rounds: int = 0
     round_lag_s: list[float] = field(default_factory=list)  # how late each publish round started
+    cpu_s: list[float] = field(default_factory=list)  # the daemon's CPU seconds so far, each second
+    rounds_wall_start: float = 0.0  # the wall clock at the first round's due time
     usage_posts: int = 0
 
 
@@ -159,6 +167,7 @@ def publish_peers(url: str, topic: str, peers: list[Peer], share: float, seconds
                                           block_if_queue_full=True, send_timeout_millis=10_000)
         rng = random.Random("scale-probe")
         t0 = time.monotonic()
+        figures.rounds_wall_start = time.time()
         rnd = 0
         while not stop.is_set() and rnd < seconds:
             due = t0 + rnd
@@ -485,6 +494,27 @@ def _default_codec(code: Path | None) -> str:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "none"
 
 
+CALIBRATION = """
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+d = {}
+started = time.process_time()
+for i in range(400_000):
+    d[str(i % 5000)] = (i * 1.5, i)
+    sum(range(20))
+print(time.process_time() - started)
+"""
+
+
+def calibrate(cpu: int) -> float:
+    """CPU seconds of a fixed piece of Python (dicts, strings, floats, as the daemon's work)
+    on the daemon's core: how fast the machine ran Python around a run. The same tree's
+    runs read 700 or 800 ms of CPU a tick from their first second on, with no steal
+    counted; this says whether the core itself was slower."""
+    out = subprocess.run([sys.executable, "-c", CALIBRATION, str(cpu)], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
 def pin_threads(pid: int, cpus: set[int]) -> None:
     """Every thread of process `pid` to `cpus` (an affinity is a thread's, not a process's)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -502,6 +532,7 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "resourcegroups": {group_name(g): {"publishRateInMsgs": 10_000} for g in own},
         "tenants": {namespace_name(g).partition("/")[0]: group_name(g) for g in own},
     }))
+    calibrated = [calibrate(ns.cpu)]
     broker = start_or_join(work / "broker")
     # The daemon's core is the daemon's: the broker, this process's publishing threads and
     # the load's process run on the others. Left to the scheduler, the broker's threads
@@ -542,6 +573,7 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
                 figures.rss_mb.append(rss_mb(pid))
                 figures.rss_own_mb.append(rss_mb(pid, tree=False))
                 figures.pss_mb.append(pss_mb(pid))
+                figures.cpu_s.append(sum(map(cpu_seconds, _process_tree(pid))))
 
         def scrape_loop() -> None:
             while not sampler_stop.wait(SCRAPE_EVERY_S):
@@ -576,6 +608,7 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         broker.stop()
         if not ns.keep:  # the usage log of every report received
             shutil.rmtree(work, ignore_errors=True)
+    calibrated.append(calibrate(ns.cpu))
 
     if not m1:
         m0 = {}
@@ -634,6 +667,8 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "rss_start_mb": rss_start, "rss_max_mb": max(figures.rss_mb, default=0.0),
         "rss_own_max_mb": max(figures.rss_own_mb, default=0.0), "pss_max_mb": max(figures.pss_mb, default=0.0),
         "rss_mb_each_second": [round(x, 1) for x in figures.rss_mb],
+        "calibration_ms_before_after": [round(1000 * c) for c in calibrated],
+        "cpu_ms_each_second": [round(1000 * (b - a)) for a, b in zip(figures.cpu_s, figures.cpu_s[1:])],
         "metrics_max_s": max(figures.metrics_s, default=float("nan")),
         "peer_rounds": figures.rounds, "peer_round_lag_max_s": max(figures.round_lag_s, default=0.0),
         "peer_mb_published": figures.published_bytes / 1e6, "usage_posts": figures.usage_posts,
@@ -645,6 +680,11 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "report_groups_first": len(UsageReport.FromString(first).groups) if first else 0,
         "report_groups_per_tick": statistics.fmean(len(UsageReport.FromString(d).groups) for d in later)
         if later else 0,
+        # Where the daemon's ticks fall in the peers' rounds (0: as a round's 99 reports go
+        # out; a tick report's publish time is its tick's start), median over the run.
+        "tick_phase_in_round": statistics.median(
+            (UsageReport.FromString(d).publish_time_ms / 1000 - figures.rounds_wall_start) % 1.0 for d in later)
+        if later and figures.rounds_wall_start else None,
         "counted": {name.removeprefix("rgd_").removesuffix("_total"): m1.get(name, 0.0) - m0.get(name, 0.0)
                     for name in sorted(set(m1) | set(m0), key=str)
                     if name.startswith(COUNTERS) or name.startswith("rejected ")},
@@ -710,6 +750,8 @@ def print_result(r: dict) -> None:
         print(f"CPU per tick over the load: the daemon's process {_ms(r['serving_cpu_ms_per_tick'])}"
               + ("" if cluster is None else f", its cluster process {_ms(cluster)} (tick and react figures above "
                                             "are the cluster process's)"))
+    if r.get("tick_phase_in_round") is not None:
+        print(f"the daemon's ticks start {r['tick_phase_in_round']:.2f} s into the peers' 1 s rounds (median)")
     f, t, d = r["report_first_bytes"], r["report_per_tick_bytes"], r["report_decode_ms"]
     print(f"own reports: first {_kb(f['none'])} with {r['report_groups_first']} groups (lz4 {_kb(f['lz4'])}, "
           f"zstd {_kb(f['zstd'])}); per tick after it {_kb(t['none'])} with {r['report_groups_per_tick']:.0f} groups "
@@ -722,6 +764,14 @@ def print_result(r: dict) -> None:
     series = r.get("rss_mb_each_second") or []
     if series:  # where the peak is: the first round's full reports, or growth
         print("RSS every 5 s (MB): " + " ".join(f"{x:.0f}" for x in series[::5]))
+    if r.get("calibration_ms_before_after"):
+        before, after = r["calibration_ms_before_after"]
+        print(f"a fixed piece of Python on the daemon's core (bench/scale_probe.py calibrate): {before} ms before "
+              f"the run, {after} ms after")
+    cpu = r.get("cpu_ms_each_second") or []
+    if cpu:
+        print("CPU ms a second, mean of each 5 s: " + " ".join(f"{statistics.fmean(cpu[i:i + 5]):.0f}"
+                                                             for i in range(0, len(cpu), 5)))
     for name, m, b, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}: {m} (bound {b})")
 

@@ -40,3 +40,9 @@ def test_scale_probe_measures_a_small_cluster(tmp_path: Path, layout: str) -> No
         assert r["serving_gc_ms_per_tick"] is not None and r["serving_link_ms_per_tick"]["counts"] > 0
         half = "thread" if layout == "cluster-thread" else "process"
         assert f"{half} answering brokers, per tick" in proc.stdout
+    # What tells the machine from the daemon: its CPU each second (every process of it), the
+    # calibration on its core around the run, where its ticks fall in the peers' rounds.
+    assert len(r["cpu_ms_each_second"]) >= 3 and all(0 <= ms <= 2500 for ms in r["cpu_ms_each_second"])
+    assert sum(r["cpu_ms_each_second"]) > 0
+    assert len(r["calibration_ms_before_after"]) == 2 and all(ms > 0 for ms in r["calibration_ms_before_after"])
+    assert 0.0 <= r["tick_phase_in_round"] < 1.0
