@@ -1236,8 +1236,8 @@ class ClusterNode:
     def folds(self) -> FoldScope:
         """Which of a report's groups we fold. Those we serve, always: our share of them
         depends on them. Those we do not serve while the map holds fewer than
-        `unserved_groups_held` such groups (the first in key order: rgd.report_codec.FoldScope),
-        and then those already held: a group that starts being served here then computes
+        `unserved_groups_held` such groups (the first in key order: rgd.report_codec.FoldScope;
+        one budget for all the reports vetted before they are folded), and then those already held: a group that starts being served here then computes
         from its peers' figures at once instead of waiting for their periodic refresh, while
         at PIP-82's scale (5 000 groups on each of 100 daemons, 100 000 in all) a daemon
         folds and keeps its own groups and a bounded few, not all 100 000 groups' entries of
@@ -1248,7 +1248,10 @@ class ClusterNode:
         stamp = (id(served), len(held))
         if self._scope is None or self._scope_stamp != stamp:
             unserved = sum(1 for g in held if g not in served)
-            self._scope = FoldScope(served | held.keys(), self.config.unserved_groups_held - unserved)
+            # What the last scope granted and no fold has added yet stays granted: it waits
+            # in the inbox, vetted, and counts against the bound (FoldScope: one budget).
+            carried = self._scope.granted if self._scope is not None else ()
+            self._scope = FoldScope(served | held.keys(), self.config.unserved_groups_held - unserved, carried)
             self._scope_stamp = stamp
         return self._scope
 

@@ -231,28 +231,63 @@ def serialize_report(report: UsageReport) -> bytes:
 
 class FoldScope:
     """Which of a report's entries a daemon folds: those whose group is in `names`, always,
-    and `room` others, the first in key order (group_key: a choice that is the same in every
-    report, so the same few groups are kept tick after tick, whoever sends them)."""
+    and up to `room` groups outside it, the first in key order (group_key: a choice that is
+    the same in every report, so the same few groups are kept tick after tick, whoever
+    sends them).
 
-    __slots__ = ("names", "room", "keys")
+    `room` is one budget for every report this scope picks from, not one per report: the
+    groups it grants are remembered (`granted`, by key) and picked again from later reports
+    before any other, and a report gets new ones only while the budget lasts. A daemon
+    vets reports as they arrive and folds them later; with a budget per report, the first
+    round of 99 peers' full reports at PIP-82's scale, vetted before any was folded, each
+    brought its own 500 groups, and the map held 4 000 groups nobody asked this daemon
+    about (42 000 entries instead of ~30 000, ~15 % more CPU and ~15 MB more RSS for the
+    rest of the run). `carried`: keys a previous scope granted that are not in `names`
+    yet (picked, not folded yet): they stay granted and count against `room`."""
 
-    def __init__(self, names: Iterable[str], room: int = 0) -> None:
+    __slots__ = ("names", "room", "keys", "granted")
+
+    def __init__(self, names: Iterable[str], room: int = 0, carried: Iterable[int] = ()) -> None:
         self.names = frozenset(names)
         self.room = max(0, room)
         self.keys = np.sort(np.fromiter((group_key(n) for n in self.names), dtype=np.uint64,
                                         count=len(self.names)))
+        self.granted: set[int] = set()
+        if self.room:
+            self.granted = {k for k in carried if not self._in_names(k)}
+
+    def _in_names(self, key: int) -> bool:
+        i = int(np.searchsorted(self.keys, key))
+        return i < len(self.keys) and int(self.keys[i]) == key
+
+    def _grant(self, candidates: list[int]) -> set[int]:
+        """Of the keys outside `names` (ascending), those this report may fold: every one
+        granted before, then new ones, smallest first, while the budget lasts."""
+        chosen = {k for k in candidates if k in self.granted}
+        budget = self.room - len(self.granted)
+        for k in candidates:
+            if budget <= 0:
+                break
+            if k not in self.granted:
+                self.granted.add(k)
+                chosen.add(k)
+                budget -= 1
+        return chosen
 
     def keep(self, names: set[str]) -> set[str]:
         """The same choice by name (reports without a usable index)."""
         chosen = names & self.names
         if self.room:
-            rest = names - chosen
-            chosen |= set(sorted(rest, key=lambda n: (group_key(n), n))[:self.room])
+            by_key: dict[int, list[str]] = {}
+            for n in names - chosen:
+                by_key.setdefault(group_key(n), []).append(n)
+            for k in self._grant(sorted(by_key)):
+                chosen.update(by_key[k])
         return chosen
 
     def select(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """By an index (uint64 keys in entry order): the positions whose key is one of
-        `names`' (ascending), and the positions of the `room` others with the smallest keys."""
+        `names`' (ascending), and the positions of the others this scope grants (ascending)."""
         if len(self.keys):
             pos = np.searchsorted(self.keys, keys)
             np.minimum(pos, len(self.keys) - 1, out=pos)
@@ -263,7 +298,17 @@ class FoldScope:
         if self.room:
             rest = np.flatnonzero(~wanted)
             if len(rest):
-                extra = np.sort(rest[np.argsort(keys[rest], kind="stable")[:self.room]])
+                rest_keys = keys[rest]
+                budget = max(0, self.room - len(self.granted))
+                # The candidates: the keys granted before, and the budget's smallest others.
+                candidates = np.unique(rest_keys)[:budget] if budget else np.empty(0, dtype=np.uint64)
+                if self.granted:
+                    granted = np.fromiter(self.granted, dtype=np.uint64, count=len(self.granted))
+                    candidates = np.union1d(candidates, rest_keys[np.isin(rest_keys, granted)])
+                chosen = self._grant(candidates.tolist())
+                if chosen:
+                    picked = np.fromiter(chosen, dtype=np.uint64, count=len(chosen))
+                    extra = rest[np.isin(rest_keys, picked)]
         return np.flatnonzero(wanted), extra
 
 

@@ -13,7 +13,7 @@ import pytest
 from rgd.cluster_node import ClusterNode, NodeConfig, evaluate
 from rgd.delivery_delay import DeliveryDelay
 from rgd.groups import ResourceGroup
-from rgd.report_codec import REJECT_INVALID, REJECT_MALFORMED, Rejected, decode_report
+from rgd.report_codec import REJECT_INVALID, REJECT_MALFORMED, Rejected, decode_report, serialize_report
 from rgd.settings import Settings, validate
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 
@@ -84,6 +84,31 @@ def test_a_node_folds_its_groups_and_a_bounded_few_others() -> None:
     assert node.receive(second.SerializeToString(), {}, 101.0).accepted
     assert set(node.usage_map.groups) == {"a", "b", "c", "e"}
     assert node.usage_map.groups["a"]["peer"].usage.publish.admitted_messages == 555.0
+
+
+@pytest.mark.parametrize("indexed", [True, False], ids=["index", "no-index"])
+def test_reports_vetted_before_any_fold_share_one_room(indexed: bool) -> None:
+    """A daemon vets reports as they arrive and folds them later: the first round at PIP-82's
+    scale (99 peers' full reports) is vetted before any is folded. The room for groups it
+    does not serve is one budget across them, not one per report (each peer brought its own
+    first groups in key order, and the map held 4 000 instead of 500)."""
+    peers = 12
+    others = {p: [f"p{p}-x{i}" for i in range(10)] for p in range(peers)}  # no group in two peers
+    registry = {n: ResourceGroup(n, publish_msgs=100.0) for n in ["mine", *sum(others.values(), [])]}
+    node = _node(["mine"], 5, registry)
+    encode = serialize_report if indexed else UsageReport.SerializeToString
+    vetted = [node.vet(encode(_report(["mine", *others[p]], sender=f"peer{p}")), {}, 100.0) for p in range(peers)]
+    for report in vetted:
+        assert node.fold(report, 100.0).accepted
+    unserved = set(node.usage_map.groups) - {"mine"}
+    assert len(unserved) == 5, sorted(unserved)
+    assert {f"peer{p}" for p in range(peers)} <= set(node.usage_map.groups["mine"])  # ours from every peer
+    # Later reports refresh those five and add none.
+    again = [node.vet(encode(_report(["mine", *others[p]], sender=f"peer{p}", sequence=2)), {}, 101.0)
+             for p in range(peers)]
+    for report in again:
+        assert node.fold(report, 101.0).accepted
+    assert set(node.usage_map.groups) - {"mine"} == unserved
 
 
 def test_a_group_served_later_is_folded_from_then_on() -> None:
