@@ -37,8 +37,9 @@ issue's bounds:
   its ticks fall in the peers' rounds, and a fixed piece of Python timed on its core before
   and after the run.
 The daemon's core is its own: the broker, the peers' publishing and the load run on the
-other cores. Runs of one tree are bimodal on this machine (~700 or ~800 ms of CPU a tick,
-from the first second on): compare several runs, or a baseline in the same run.
+other cores. Runs of one tree differ by ~5 % in CPU on this machine: compare several runs,
+or a baseline in the same run. (Runs that differed by 15 % from the first second on were
+the daemon's: its first round of reports folded 4 000 groups too many, rgd.report_codec.FoldScope.)
 Everything it starts is stopped at the end, also on errors.
 """
 
@@ -508,9 +509,8 @@ print(time.process_time() - started)
 
 def calibrate(cpu: int) -> float:
     """CPU seconds of a fixed piece of Python (dicts, strings, floats, as the daemon's work)
-    on the daemon's core: how fast the machine ran Python around a run. The same tree's
-    runs read 700 or 800 ms of CPU a tick from their first second on, with no steal
-    counted; this says whether the core itself was slower."""
+    on the daemon's core: how fast the machine ran Python around a run, so that a run
+    slower than another can be told to be the machine's or the daemon's."""
     out = subprocess.run([sys.executable, "-c", CALIBRATION, str(cpu)], capture_output=True, text=True, check=True)
     return float(out.stdout)
 
