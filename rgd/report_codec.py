@@ -257,7 +257,7 @@ class FoldScope:
             self.granted = {k for k in carried if not self._in_names(k)}
 
     def _in_names(self, key: int) -> bool:
-        i = int(np.searchsorted(self.keys, key))
+        i = int(np.searchsorted(self.keys, np.uint64(key)))  # numpy 1.x compared a Python int with uint64 as float
         return i < len(self.keys) and int(self.keys[i]) == key
 
     def _grant(self, candidates: list[int]) -> set[int]:
