@@ -241,7 +241,7 @@ class FoldScope:
     vets reports as they arrive and folds them later; with a budget per report, the first
     round of 99 peers' full reports at PIP-82's scale, vetted before any was folded, each
     brought its own 500 groups, and the map held 4 000 groups nobody asked this daemon
-    about (42 000 entries instead of ~30 000, ~15 % more CPU and ~15 MB more RSS for the
+    about (42 000 entries instead of ~26 000, ~15 % more CPU and ~15 MB more RSS for the
     rest of the run). `carried`: keys a previous scope granted that are not in `names`
     yet (picked, not folded yet): they stay granted and count against `room`."""
 
