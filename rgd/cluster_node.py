@@ -1237,7 +1237,8 @@ class ClusterNode:
         """Which of a report's groups we fold. Those we serve, always: our share of them
         depends on them. Those we do not serve while the map holds fewer than
         `unserved_groups_held` such groups (the first in key order: rgd.report_codec.FoldScope;
-        one budget for all the reports vetted before they are folded), and then those already held: a group that starts being served here then computes
+        one budget for all the reports vetted before they are folded), and then those
+        already held: a group that starts being served here then computes
         from its peers' figures at once instead of waiting for their periodic refresh, while
         at PIP-82's scale (5 000 groups on each of 100 daemons, 100 000 in all) a daemon
         folds and keeps its own groups and a bounded few, not all 100 000 groups' entries of

@@ -4,7 +4,8 @@
 
 With `--cluster-thread` the same runs in a second thread of the serving process, on an
 event loop of its own (`run_in_thread`), over a link that hands the messages' objects
-over instead of pickling them (rgd.process_link.thread_link): one interpreter instead of two. What is said of "the process" below holds for that thread.
+over instead of pickling them (rgd.process_link.thread_link): one interpreter instead
+of two. What is said of "the process" below holds for that thread.
 
 It runs `Daemon` as `rgd run` does (Pulsar, the usage map, the calculator, reports,
 the usage log, config from the file and the config topic, every HTTP route but the

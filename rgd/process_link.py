@@ -55,21 +55,6 @@ class Link(Protocol):
 # -- between processes ----------------------------------------------------------------------
 
 
-def send(writer: asyncio.StreamWriter, message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    writer.write(_LENGTH.pack(len(data)) + data)
-
-
-async def receive(reader: asyncio.StreamReader) -> Any:
-    try:
-        (n,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-        if n > MAX_MESSAGE:
-            raise LinkClosed(f"a message of {n} bytes: the link is corrupt")
-        return pickle.loads(await reader.readexactly(n))
-    except (asyncio.IncompleteReadError, ConnectionError) as exc:
-        raise LinkClosed(str(exc) or "end of stream") from None
-
-
 class SocketLink:
     """One end of a socketpair, pickles on it."""
 
@@ -83,13 +68,20 @@ class SocketLink:
         return cls(reader, writer)
 
     def send(self, message: Any) -> None:
-        send(self.writer, message)
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self.writer.write(_LENGTH.pack(len(data)) + data)
 
     async def drain(self) -> None:
         await self.writer.drain()
 
     async def receive(self) -> Any:
-        return await receive(self.reader)
+        try:
+            (n,) = _LENGTH.unpack(await self.reader.readexactly(_LENGTH.size))
+            if n > MAX_MESSAGE:
+                raise LinkClosed(f"a message of {n} bytes: the link is corrupt")
+            return pickle.loads(await self.reader.readexactly(n))
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise LinkClosed(str(exc) or "end of stream") from None
 
     def close(self) -> None:
         self.writer.close()
@@ -195,4 +187,4 @@ def thread_link() -> tuple[ThreadLink, ThreadLink]:
     return ThreadLink(a, b), ThreadLink(b, a)
 
 
-__all__ = ["HIGH_WATER", "Link", "LinkClosed", "SocketLink", "ThreadLink", "receive", "send", "thread_link"]
+__all__ = ["HIGH_WATER", "Link", "LinkClosed", "SocketLink", "ThreadLink", "thread_link"]

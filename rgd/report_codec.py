@@ -254,11 +254,8 @@ class FoldScope:
                                         count=len(self.names)))
         self.granted: set[int] = set()
         if self.room:
-            self.granted = {k for k in carried if not self._in_names(k)}
-
-    def _in_names(self, key: int) -> bool:
-        i = int(np.searchsorted(self.keys, np.uint64(key)))  # numpy 1.x compared a Python int with uint64 as float
-        return i < len(self.keys) and int(self.keys[i]) == key
+            held = np.fromiter(carried, dtype=np.uint64)
+            self.granted = set(held[~np.isin(held, self.keys)].tolist())
 
     def _grant(self, candidates: list[int]) -> set[int]:
         """Of the keys outside `names` (ascending), those this report may fold: every one
