@@ -11,6 +11,7 @@ the benchmark holds it to >= 80 % of a do-nothing aiohttp handler.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
@@ -18,6 +19,7 @@ from operator import attrgetter, sub
 from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
 
 from rgd.groups import KINDS, ResourceGroup
+from rgd.second_window import WINDOW_SECONDS, SecondWindow
 from rgd.token_bucket import DEFAULT_BURST_SECONDS, INF, TokenBucket
 
 # Reasons a request was throttled (metric label `reason`).
@@ -44,10 +46,21 @@ def bucket_seconds(burst_seconds: float, rate: float, unit: float) -> float:
     about half its messages. Ten messages of room lose about 2 %. The bound on what the
     cluster saves stays 0.1 s of the quota for shares of 100 messages/s and more; below
     that a daemon saves at most ten messages (or a second of its share, as before the
-    bucket shrank, where that is smaller)."""
+    bucket shrank, where that is smaller), and `window_cap` keeps it from spending them
+    on top of its rate within a second."""
     if rate == INF or rate <= 0 or unit <= 0:
         return burst_seconds
     return max(burst_seconds, min(BURST_FLOOR_MAX_SECONDS, BURST_FLOOR_MESSAGES * unit / rate))
+
+
+def window_cap(burst_seconds: float, rate: float, unit: float) -> float:
+    """The most a bucket of `rate` units/s admits in any 1-second window (INF: no cap):
+    what a bucket of `burst_seconds` admits at most in one (1 + `burst_seconds` seconds of
+    its rate) plus one message of `unit`, for a bucket the ten-message floor made larger
+    than that (rgd.second_window says why)."""
+    if bucket_seconds(burst_seconds, rate, unit) <= burst_seconds:
+        return INF
+    return rate * (WINDOW_SECONDS + burst_seconds) + unit
 
 
 def largest_bucket_seconds(burst_seconds: float) -> float:
@@ -218,6 +231,7 @@ class Limiter:
             TokenBucket.new(msgs, now, bucket_seconds(self.burst_seconds, msgs, 1.0), self.max_debt_seconds),
             TokenBucket.new(nbytes, now, self.burst_seconds, self.max_debt_seconds),
         )
+        st.messages.cap_window(window_cap(self.burst_seconds, msgs, 1.0))  # bytes: no mean message yet
         if self.start_seconds is not None:
             for b in (st.messages, st.bytes):
                 if b.rate != INF:
@@ -243,6 +257,8 @@ class Limiter:
         st.bytes.refill(now)
         st.messages.burst_seconds = bucket_seconds(self.burst_seconds, messages, 1.0)
         st.bytes.burst_seconds = bucket_seconds(self.burst_seconds, nbytes, mean_bytes)
+        st.messages.cap_window(window_cap(self.burst_seconds, messages, 1.0))
+        st.bytes.cap_window(window_cap(self.burst_seconds, nbytes, mean_bytes))
         st.messages.set_rate(messages, now)
         st.bytes.set_rate(nbytes, now)
 
@@ -308,17 +324,23 @@ class Limiter:
             bb.refill(now)
         short_m = 0.0 if messages <= mb.tokens and mb.rate > 0 else mb.shortfall(messages)
         short_b = 0.0 if nbytes <= bb.tokens and bb.rate > 0 else bb.shortfall(nbytes)
+        win_m, win_b = mb.window, bb.window  # None but at small shares (rgd.second_window)
         tick = st.tick
         st.namespaces.add(namespace)
         st.total_events += 1
         tick.events += 1
         if topic is not None:
             _add_topic(st, topic)
-        if short_m == 0.0 and short_b == 0.0:
+        if (short_m == 0.0 and short_b == 0.0 and (win_m is None or win_m.fits(messages, now))
+                and (win_b is None or win_b.fits(nbytes, now))):
             if mb.rate != INF:
                 mb.tokens -= messages
             if bb.rate != INF:
                 bb.tokens -= nbytes
+            if win_m is not None:
+                win_m.add(messages, now)
+            if win_b is not None:
+                win_b.add(nbytes, now)
             tick.admitted_messages += messages
             tick.admitted_bytes += nbytes
             st.total_admitted_messages += messages
@@ -326,6 +348,10 @@ class Limiter:
             return _new_decision(Decision, (True, 0.0, mb.tokens, bb.tokens, None))
         wait_m = mb.wait_seconds(short_m)
         wait_b = bb.wait_seconds(short_b)
+        if win_m is not None:
+            wait_m = max(wait_m, win_m.wait(messages, now))
+        if win_b is not None:
+            wait_b = max(wait_b, win_b.wait(nbytes, now))
         if wait_m >= wait_b:
             reason = REASON_DEBT if mb.tokens < 0 else REASON_MESSAGES
         else:
@@ -384,16 +410,24 @@ class Limiter:
             sums_m = list(accumulate(map(_messages_of, asks)))
             sums_b = list(accumulate(map(_nbytes_of, asks)))
             admitted = min(bisect_right(sums_m, base_m), bisect_right(sums_b, base_b))
+            if mb.window is not None:
+                admitted = min(admitted, _window_run(mb.window, sums_m, now))
+            if bb.window is not None:
+                admitted = min(admitted, _window_run(bb.window, sums_b, now))
             rem_m = rem_b = None
             if admitted:
                 taken_m = sums_m[admitted - 1]
                 taken_b = sums_b[admitted - 1]
-                if mb.rate != INF:
+                if mb.rate != INF:  # what is left is the bucket's whole tokens, whatever the window took
+                    rem_m = list(map(sub, repeat(int(mb.tokens), admitted), sums_m[:admitted]))
                     mb.tokens -= taken_m  # exact: the same bits as `admitted` single takes
-                    rem_m = list(map(sub, repeat(base_m, admitted), sums_m[:admitted]))
                 if bb.rate != INF:
+                    rem_b = list(map(sub, repeat(int(bb.tokens), admitted), sums_b[:admitted]))
                     bb.tokens -= taken_b
-                    rem_b = list(map(sub, repeat(base_b, admitted), sums_b[:admitted]))
+                if mb.window is not None:
+                    mb.window.add(taken_m, now)
+                if bb.window is not None:
+                    bb.window.add(taken_b, now)
                 tick = st.tick
                 tick.admitted_messages += taken_m
                 tick.admitted_bytes += taken_b
@@ -468,6 +502,13 @@ def _run_base(rate: float, tokens: float) -> int | None:
     if rate > 0 and 0 <= tokens < _EXACT:
         return int(tokens)
     return None
+
+
+def _window_run(window: SecondWindow, sums: list[int], now: float) -> int:
+    """How many asks in a row a bucket's 1-second window takes, `sums` their prefix sums:
+    ask k fits while sums[k - 1] is within the window's room. An ask larger than the cap
+    may still pass on an empty window: the one-by-one step after the run decides it."""
+    return bisect_right(sums, math.floor(window.room(now)))
 
 
 class Collected(NamedTuple):

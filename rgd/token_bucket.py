@@ -17,13 +17,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rgd.second_window import SecondWindow
+
 INF = math.inf
 
 # The bucket's default size, in seconds of its rate. Why 0.1 s: the buckets of a group's
 # daemons then hold at most 0.1 s of the group's quota between them (their limits sum to
 # the quota), so saved tokens add at most 10 % to any 1-second window cluster-wide,
-# however they line up after a demand shift (the limiter's ten-message floor is the
-# exception at small quotas: rgd.limiter.bucket_seconds). A 1 s bucket let one daemon below its
+# however they line up after a demand shift (the limiter's ten-message floor makes larger
+# buckets at small quotas, and caps their 1-second windows instead: rgd.second_window). A 1 s bucket let one daemon below its
 # limit spend a whole second of its share on top of the rate the moment its demand
 # jumped, before any report could leave: 2x the quota in one tick at a x10 step. Brokers
 # lose nothing by it: a denied ask is told when it will pass (Retry-After), and an ask
@@ -41,6 +43,9 @@ class TokenBucket:
     tokens: float  # may be negative (debt)
     updated: float  # clock reading of the last refill, seconds
     max_debt_seconds: float = 10.0
+    # What it admitted in the last second, for a bucket whose 1-second windows are capped
+    # (a small share's: rgd.second_window); None for the rest.
+    window: SecondWindow | None = None
 
     @classmethod
     def new(
@@ -97,6 +102,19 @@ class TokenBucket:
             return
         self.refill(now)
         self.tokens = max(self.tokens - n, -self.rate * self.max_debt_seconds)
+        if self.window is not None:
+            self.window.add(n, now)
+
+    def cap_window(self, cap: float) -> None:
+        """Cap what the bucket admits in any 1-second window at `cap` (INF: no cap). What it
+        admitted in the last second is kept across a change of the cap, so a cut applies
+        to the window it lands in."""
+        if cap == INF:
+            self.window = None
+        elif self.window is None:
+            self.window = SecondWindow(cap)
+        else:
+            self.window.cap = cap
 
     def drain(self, now: float, keep_seconds: float) -> None:
         """Keep at most `keep_seconds` of the rate of the tokens saved so far (debt is kept):

@@ -57,6 +57,15 @@ none, in convergence and in Jain (a tick admits whole messages; at a few message
 10 % of the ideal is less than one): Jain min 0.946 -> 0.993 (case 3 was a 1-2 msg/s group),
 within 3 ticks 0.966 -> 0.977, within 5 unchanged; windows at >= 95 % utilization 0.991 ->
 0.988, since windows that now converge count among the converged ones.
+
+Re-measured when a small share's bucket came to cap its 1-second windows at 1.1 s of its
+limit plus one message (rgd/second_window.py): on this corpus the worst window's
+utilization 0.935 -> 0.915 and windows at >= 95 % 0.988 -> 0.984 (case 0: g00/publish after
+a join under 28 % loss and a 2-tick delay, a bytes quota of 66 kB/s in 0.4-3.5 kB messages
+over six daemons, where windows held the daemons whose limits the join cut),
+within 3 ticks 0.977 -> 0.973, the rest unchanged. On the 500 scenarios of the fuzz the same
+change halved the worst overshoot (72.1 % -> 33.3 %) and moved utilization the other way
+(windows below 95 % 168 -> 160, the worst 89.5 % -> 89.9 %), so the floors follow it here.
 """
 
 from __future__ import annotations
@@ -122,16 +131,16 @@ def test_rgd_floors_on_the_corpus() -> None:
     # are averaged over their converged part, not their last half, so their utilization
     # counts among the converged windows: 0.991 -> 0.988 of them at >= 0.95.
     assert min(jains) >= 0.99, figures  # the target, in every window: measured 0.993
-    assert min(utils) >= 0.93, figures  # target 0.95 in every window: measured min 0.935 ...
-    assert util_ok >= 0.985, figures  # ... and 0.988 of windows at >= 0.95
-    assert within3 >= 0.97, figures  # target 0.95 of changes: measured 0.977 (0.958 before the joint budget)
+    assert min(utils) >= 0.91, figures  # target 0.95 in every window: measured min 0.915 ...
+    assert util_ok >= 0.98, figures  # ... and 0.984 of windows at >= 0.95
+    assert within3 >= 0.97, figures  # target 0.95 of changes: measured 0.973 (0.958 before the joint budget)
     assert within5 >= 0.98, figures  # target: all of them; measured 0.981 (0.977 before)
     assert calm == 1.0, figures  # target: every scenario; measured 30 of 30
     assert worst <= 10.0, figures  # the target; measured 9.9 % (case 7)
 
 
 @pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: "
-                   "windows >= 95 % utilization 0.988 (all), changes within 5 ticks 0.981 (all)")
+                   "windows >= 95 % utilization 0.984 (all), changes within 5 ticks 0.981 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)
