@@ -331,8 +331,10 @@ class Limiter:
         tick.events += 1
         if topic is not None:
             _add_topic(st, topic)
-        if (short_m == 0.0 and short_b == 0.0 and (win_m is None or win_m.fits(messages, now))
-                and (win_b is None or win_b.fits(nbytes, now))):
+        # SecondWindow.fits with its common case (fits before expiring) inlined.
+        if (short_m == 0.0 and short_b == 0.0
+                and (win_m is None or win_m.total + messages <= win_m.cap or win_m.fits(messages, now))
+                and (win_b is None or win_b.total + nbytes <= win_b.cap or win_b.fits(nbytes, now))):
             if mb.rate != INF:
                 mb.tokens -= messages
             if bb.rate != INF:

@@ -34,6 +34,7 @@ __all__ = ["WINDOW_SECONDS", "SecondWindow"]
 # fairness report) and the simulator look at 1-second windows.
 WINDOW_SECONDS = 1.0
 _COMPACT_AFTER = 64  # expired entries kept at the list's head before it is compacted
+_EXPIRE_AT = 256  # entries (pairs x 2) past which an add expires the old ones itself
 
 
 class SecondWindow:
@@ -73,7 +74,10 @@ class SecondWindow:
 
     def fits(self, n: float, now: float) -> bool:
         """Whether admitting n now keeps the window within its cap, or the window is empty
-        (an ask larger than the cap would never pass otherwise)."""
+        (an ask larger than the cap would never pass otherwise). What fits before expiring
+        fits after (expiring only lowers the total), so the common case reads one sum."""
+        if self.total + n <= self.cap:
+            return True
         self.expire(now)
         total = self.total
         return total + n <= self.cap or total <= 0.0
@@ -86,9 +90,12 @@ class SecondWindow:
     def add(self, n: float, now: float) -> None:
         """Count n admitted (or charged) at `now`; clock readings never go back."""
         if n > 0:
-            self.log.append(now)
-            self.log.append(n)
+            log = self.log
+            log.append(now)
+            log.append(n)
             self.total += n
+            if len(log) - self.head > _EXPIRE_AT:  # fits() may not have expired for a while
+                self.expire(now)
 
     def wait(self, n: float, now: float) -> float:
         """Seconds until n fits: until enough of the oldest admissions leave the window (all
