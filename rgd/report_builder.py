@@ -184,7 +184,8 @@ def split_points(report: UsageReport, max_bytes: int = MAX_REPORT_BYTES) -> list
     named keeps its last value at the peer), so a peer folds each part like any report."""
     header = UsageReport(daemon_id=report.daemon_id, sequence=report.sequence,
                          publish_time_ms=report.publish_time_ms, tick_ms=report.tick_ms, leaving=report.leaving,
-                         incarnation=report.incarnation, restatement=report.restatement).ByteSize()
+                         incarnation=report.incarnation, restatement=report.restatement,
+                         members=report.members).ByteSize()
     budget = max_bytes - header - HEADER_SLACK
     cuts: list[int] = []
     used = 0

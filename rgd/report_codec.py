@@ -379,6 +379,7 @@ def _with_header(report: UsageReport, view: UsageReportEntries) -> UsageReport:
     report.leaving = view.leaving
     report.incarnation = view.incarnation
     report.restatement = view.restatement
+    report.members = view.members
     return report
 
 
@@ -498,7 +499,8 @@ def decode_report(
     if len(kept) < len(names):
         folded = UsageReport(daemon_id=report.daemon_id, sequence=report.sequence,
                              publish_time_ms=report.publish_time_ms, tick_ms=report.tick_ms, leaving=report.leaving,
-                             incarnation=report.incarnation, restatement=report.restatement)
+                             incarnation=report.incarnation, restatement=report.restatement,
+                             members=report.members)
         folded.groups.extend(g for _, g in kept)
         return folded
     return report

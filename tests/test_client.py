@@ -112,31 +112,43 @@ async def test_retry_after_is_honoured_locally(make_daemon, config, seen):
         assert after.allowed and after.source == SOURCE_DAEMON
 
 
+async def _within(seconds: float, step: str, aw):
+    """Await `aw`, failing with the step's name after `seconds`: CI once hung in this test for
+    the whole 600 s per-test timeout (stop 37; not reproduced in 12 local runs), without
+    saying where, and the process aborted in a later test's garbage collection."""
+    try:
+        return await asyncio.wait_for(aw, seconds)
+    except asyncio.TimeoutError:
+        pytest.fail(f"{step} took more than {seconds} s")
+
+
 async def test_daemon_down_closed_with_a_bounded_fallback_then_back(broker, topics, config, tmp_path):
     sock = tmp_path / "rgd.sock"
-    d = await _start(config, tmp_path, f"unix:{sock}", broker, topics)
+    d = await _within(30, "the first daemon's start", _start(config, tmp_path, f"unix:{sock}", broker, topics))
     assert d.bound_port is None
     client = Client(f"unix:{sock}", window=0.0, timeout=1.0, on_unreachable="closed", fallback_rate=(3, float("inf")),
                     unreachable_backoff=0.2)
     try:
-        assert (await client.acquire("big/a")).source == SOURCE_DAEMON
-        await d.stop()
-        answers = [await client.acquire("big/a") for _ in range(5)]
+        assert (await _within(10, "the first acquire", client.acquire("big/a"))).source == SOURCE_DAEMON
+        await _within(30, "the first daemon's stop", d.stop())
+        answers = [await _within(10, "an acquire with the daemon down", client.acquire("big/a")) for _ in range(5)]
         assert all(a.source == SOURCE_FALLBACK for a in answers)
         assert [a.allowed for a in answers] == [True, True, True, False, False]  # 3 msg/s, bucket of 1 s
         assert answers[-1].reason == "unreachable" and answers[-1].retry_after_s > 0
-        d2 = await _start(config, tmp_path, f"unix:{sock}", broker, topics)  # same socket path: the daemon is back
+        # same socket path: the daemon is back
+        d2 = await _within(30, "the second daemon's start", _start(config, tmp_path, f"unix:{sock}", broker, topics))
         try:
             async def answered_by_daemon() -> bool:
-                return (await client.acquire("big/a")).source == SOURCE_DAEMON
+                return (await _within(10, "an acquire after the restart", client.acquire("big/a"))).source \
+                    == SOURCE_DAEMON
             deadline = asyncio.get_running_loop().time() + 5
             while not await answered_by_daemon():
                 assert asyncio.get_running_loop().time() < deadline, "client never went back to the daemon"
                 await asyncio.sleep(0.05)
         finally:
-            await d2.stop()
+            await _within(30, "the second daemon's stop", d2.stop())
     finally:
-        await client.close()
+        await _within(10, "the client's close", client.close())
 
 
 async def test_daemon_down_open_admits(tmp_path):

@@ -421,3 +421,62 @@ def test_traffic_recorded_once_a_second_is_measured_in_events_not_messages() -> 
     second(200, 100)
     stepped = second(400, 100)
     assert len(stepped) >= 1 and stepped[0].groups[0].publish.admitted_messages > 40
+
+
+def _peer(sender: str, at: float, members: int, sequence: int = 1) -> bytes:
+    r = UsageReport(daemon_id=sender, sequence=sequence, publish_time_ms=wall_ms(at), tick_ms=1000, incarnation=1,
+                    members=members)
+    return r.SerializeToString()
+
+
+def test_a_newcomer_listens_on_for_a_member_its_peers_count() -> None:
+    """b counts three members (b, c and us): until c is heard, a tick and the delay of
+    listening are not enough to settle (fuzz case 229 of seed 1: a newcomer at 20 % loss
+    heard only the idle member and took the busy one's share too)."""
+    clock = FakeClock()
+    a = node(clock, "a")
+    start = clock.t
+    clock.t += 0.5
+    echo(a, clock, 0.05)
+    a.receive(_peer("b", clock.t, members=3), None, clock.t)  # published after it could know us
+    assert a.unheard_members() == 1
+    clock.t = start + 1.2
+    assert not a.settled()  # would have settled here
+    a.receive(_peer("c", clock.t, members=3), None, clock.t)
+    assert a.unheard_members() == 0 and a.settled()
+
+
+def test_a_member_never_heard_holds_a_newcomer_one_tick_more() -> None:
+    clock = FakeClock()
+    a = node(clock, "a")
+    start = clock.t
+    clock.t += 0.5
+    echo(a, clock, 0.05)
+    a.receive(_peer("b", clock.t, members=3), None, clock.t)
+    wait = 2 * a.config.tick_seconds + a.delay.seconds()
+    clock.t = start + wait - 0.01
+    assert not a.settled()
+    clock.t = start + wait + 0.01
+    assert a.settled()
+
+
+def test_a_report_from_before_it_could_know_us_counts_us_too() -> None:
+    """b's report went out before b could have folded our first one: its two members (b
+    and c) are two besides us."""
+    clock = FakeClock()
+    a = node(clock, "a")
+    start = clock.t
+    clock.t += 0.5
+    echo(a, clock, 0.05)
+    a.receive(_peer("b", start - 0.5, members=2), None, clock.t)
+    assert a.unheard_members() == 1
+    clock.t = start + 1.2
+    assert not a.settled()
+
+
+def test_reports_say_how_many_members_their_sender_counts() -> None:
+    clock = FakeClock()
+    a = node(clock, "a")
+    assert a.tick_report(clock.t).report.members == 1
+    a.receive(_peer("b", clock.t, members=2), None, clock.t)
+    assert a.tick_report(clock.t).report.members == 2

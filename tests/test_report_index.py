@@ -247,3 +247,15 @@ def test_our_own_report_comes_back_with_its_header_alone() -> None:
     with pytest.raises(Rejected) as exc:
         decode(serialize_report(own), FoldScope({"a"}))
     assert exc.value.reason == "spoofed_self"
+
+
+def test_the_member_count_survives_every_decode_path() -> None:
+    r = report(["a", "b", "c"])
+    r.members = 7
+    data = serialize_report(r)
+    assert decode(data, FoldScope({"a", "b", "c"})).members == 7  # every entry folded
+    assert decode(data, FoldScope({"b"})).members == 7  # picked through the index
+    plain = report(["a", "b", "c"])
+    plain.members = 7  # no index (an older sender): parsed whole, then filtered
+    assert decode(plain.SerializeToString(), FoldScope({"b"})).members == 7
+    assert decode_report(data, NOW_MS, "me", 1).members == 7  # no scope

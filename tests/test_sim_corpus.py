@@ -66,6 +66,9 @@ over six daemons, where windows held the daemons whose limits the join cut),
 within 3 ticks 0.977 -> 0.973, the rest unchanged. On the 500 scenarios of the fuzz the same
 change halved the worst overshoot (72.1 % -> 33.3 %) and moved utilization the other way
 (windows below 95 % 168 -> 160, the worst 89.5 % -> 89.9 %), so the floors follow it here.
+Then reports came to carry how many members their sender counts, and a newcomer that has
+not heard them all listens a tick longer (ClusterNode.unheard_members): windows at >= 95 %
+0.984 -> 0.986, the rest unchanged.
 """
 
 from __future__ import annotations
@@ -132,7 +135,7 @@ def test_rgd_floors_on_the_corpus() -> None:
     # counts among the converged windows: 0.991 -> 0.988 of them at >= 0.95.
     assert min(jains) >= 0.99, figures  # the target, in every window: measured 0.993
     assert min(utils) >= 0.91, figures  # target 0.95 in every window: measured min 0.915 ...
-    assert util_ok >= 0.98, figures  # ... and 0.984 of windows at >= 0.95
+    assert util_ok >= 0.98, figures  # ... and 0.986 of windows at >= 0.95
     assert within3 >= 0.97, figures  # target 0.95 of changes: measured 0.973 (0.958 before the joint budget)
     assert within5 >= 0.98, figures  # target: all of them; measured 0.981 (0.977 before)
     assert calm == 1.0, figures  # target: every scenario; measured 30 of 30
@@ -140,7 +143,7 @@ def test_rgd_floors_on_the_corpus() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: "
-                   "windows >= 95 % utilization 0.984 (all), changes within 5 ticks 0.981 (all)")
+                   "windows >= 95 % utilization 0.986 (all), changes within 5 ticks 0.981 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)
