@@ -721,8 +721,8 @@ class ClusterNode:
         silence says nothing, and a daemon that took it for solitude would take the whole
         quota beside peers whose reports are still in flight. Where peers count members we
         have not heard (unheard_members), we listen a tick longer: one more report of each.
-        A same-id restart is settled once every peer its
-        predecessor knew has spoken again (see Resume)."""
+        A same-id restart is settled once every peer its predecessor knew has spoken again
+        (see Resume)."""
         if not self._settled:
             now = self.clock() if now is None else now
             if self.hearing and self.heard_since is not None:

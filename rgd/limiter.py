@@ -255,10 +255,16 @@ class Limiter:
         mean_bytes = (st.total_admitted_bytes + st.total_throttled_bytes) / counted if counted else 0.0
         st.messages.refill(now)
         st.bytes.refill(now)
-        st.messages.burst_seconds = bucket_seconds(self.burst_seconds, messages, 1.0)
-        st.bytes.burst_seconds = bucket_seconds(self.burst_seconds, nbytes, mean_bytes)
-        st.messages.cap_window(window_cap(self.burst_seconds, messages, 1.0))
-        st.bytes.cap_window(window_cap(self.burst_seconds, nbytes, mean_bytes))
+        mb, bb, burst = st.messages, st.bytes, self.burst_seconds
+        mb.burst_seconds = bucket_seconds(burst, messages, 1.0)
+        bb.burst_seconds = bucket_seconds(burst, nbytes, mean_bytes)
+        # A bucket of `burst` has no window (window_cap is INF): only one the floor made
+        # larger, or one that had a window to drop, is looked at. A recompute sets every
+        # limit, and at PIP-82's scale most of them are large shares.
+        if mb.burst_seconds > burst or mb.window is not None:
+            mb.cap_window(window_cap(burst, messages, 1.0))
+        if bb.burst_seconds > burst or bb.window is not None:
+            bb.cap_window(window_cap(burst, nbytes, mean_bytes))
         st.messages.set_rate(messages, now)
         st.bytes.set_rate(nbytes, now)
 

@@ -25,9 +25,10 @@ INF = math.inf
 # daemons then hold at most 0.1 s of the group's quota between them (their limits sum to
 # the quota), so saved tokens add at most 10 % to any 1-second window cluster-wide,
 # however they line up after a demand shift (the limiter's ten-message floor makes larger
-# buckets at small quotas, and caps their 1-second windows instead: rgd.second_window). A 1 s bucket let one daemon below its
-# limit spend a whole second of its share on top of the rate the moment its demand
-# jumped, before any report could leave: 2x the quota in one tick at a x10 step. Brokers
+# buckets at small quotas, and caps their 1-second windows instead: rgd.second_window).
+# A 1 s bucket let one daemon below its limit spend a whole second of its share on top of
+# the rate the moment its demand jumped, before any report could leave: 2x the quota in one
+# tick at a x10 step. Brokers
 # lose nothing by it: a denied ask is told when it will pass (Retry-After), and an ask
 # larger than the bucket still passes on a full bucket, into debt.
 DEFAULT_BURST_SECONDS = 0.1
