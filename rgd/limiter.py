@@ -54,13 +54,13 @@ def bucket_seconds(burst_seconds: float, rate: float, unit: float) -> float:
 
 
 def window_cap(burst_seconds: float, rate: float, unit: float) -> float:
-    """The most a bucket of `rate` units/s admits in any 1-second window (INF: no cap):
-    what a bucket of `burst_seconds` admits at most in one (1 + `burst_seconds` seconds of
-    its rate) plus one message of `unit`, for a bucket the ten-message floor made larger
-    than that (rgd.second_window says why)."""
+    """The most a bucket of `rate` units/s admits in any 1-second window (INF: no cap), for a
+    bucket the ten-message floor made larger than `burst_seconds`: what a bucket of
+    `burst_seconds` admits at most in one (1 + `burst_seconds` seconds of its rate), or the
+    rate plus one message of `unit` where that is more (rgd.second_window says why)."""
     if bucket_seconds(burst_seconds, rate, unit) <= burst_seconds:
         return INF
-    return rate * (WINDOW_SECONDS + burst_seconds) + unit
+    return max(rate * (WINDOW_SECONDS + burst_seconds), rate * WINDOW_SECONDS + unit)
 
 
 def largest_bucket_seconds(burst_seconds: float) -> float:

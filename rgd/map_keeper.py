@@ -22,7 +22,14 @@ what a report already carries):
   two (the largest cause of overshoot left in the simulator's fuzzing). The price
   is that a crashed daemon's share is reclaimed later on a lossy topic (eight
   intervals at 30 % loss instead of three). Our own reports, back from the topic,
-  count as well (own_echo).
+  count as well (own_echo);
+- for the same reason an entry without evidence of idleness outlives `safety_ttl`
+  where the measured loss makes losing that many refreshes in a row too likely
+  (entry_ttl). A gap resets the idle streak, so under heavy loss the safety TTL was
+  the only way an entry went, and three refreshes of a steady group (one every
+  K + 1 ticks under suppression) all lost is once in 150 at 19 % loss: the peer
+  forgot a busy member's usage in that group and took its share, 45 % over the quota
+  until the next refresh (fuzz case 361 of seed 1).
 A restarted member (new incarnation) loses the entries of its old incarnation.
 
 Identity (against replays and a flood of made-up ids):
@@ -60,6 +67,9 @@ MAX_MEMBERS = 1024  # daemons in the map, ourselves included
 MAX_DEPARTED = 4 * MAX_MEMBERS  # departed members remembered (the oldest go first beyond this)
 # Silence of a live member long enough to evict it should be this unlikely under the measured loss.
 FALSE_EVICTION_ODDS = 1e-4
+# An unconfirmed group entry lives at most this many refresh periods (plus the TTL) however
+# lossy the topic: 63 s at the defaults, the odds met up to 40 % loss.
+MAX_ENTRY_REFRESHES = 10
 # The loss estimate forgets with this half-life (reports folded), and starts as if this many
 # reports had arrived without a gap, so a few early gaps do not stretch the TTL at once.
 LOSS_HALF_LIFE_REPORTS = 200.0
@@ -108,6 +118,21 @@ class MapKeeper:
             return self.safety_ttl_seconds
         intervals = math.ceil(math.log(FALSE_EVICTION_ODDS) / math.log(p) - 1e-9)
         return min(self.safety_ttl_seconds, max(self.ttl_seconds, intervals * self.report_interval_seconds))
+
+    def entry_ttl(self) -> float:
+        """How long a peer's group entry may go unconfirmed (no report naming the group, no
+        evidence of idleness) before it is dropped: the safety TTL (three refresh periods
+        plus the TTL), or as many refresh periods as it takes for that many lost refreshes
+        in a row to be unlikely (FALSE_EVICTION_ODDS) under the measured loss, up to
+        MAX_ENTRY_REFRESHES. Dropping the entry of a member that is still busy hands its
+        share to everybody else; keeping one of a member that went idle only wastes it."""
+        p = self.loss_rate()
+        if self.report_interval_seconds is None or p <= 0.0:
+            return self.safety_ttl_seconds
+        refreshes = MAX_ENTRY_REFRESHES if p >= 1.0 else min(
+            MAX_ENTRY_REFRESHES, math.ceil(math.log(FALSE_EVICTION_ODDS) / math.log(p) - 1e-9))
+        extra = max(0, refreshes - 3) * self.refresh_reports * self.report_interval_seconds
+        return self.safety_ttl_seconds + extra
 
     def own_echo(self, sequence: int) -> None:
         """One of our own reports, back from the topic: the topic loses our reports as it
@@ -273,12 +298,13 @@ class MapKeeper:
         """Drop idle or unconfirmed entries (see the module doc); the groups that lost one
         are added to `touched` (their shares change)."""
         dropped = 0
+        ttl = self.entry_ttl()
         for group, entries in self.usage_map.groups.items():
             for member in list(entries):
                 if member == self.self_id:
                     continue
                 idle = self.streak.get((member, group), 0) >= self.refresh_reports
-                if idle or now - entries[member].updated > self.safety_ttl_seconds:
+                if idle or now - entries[member].updated > ttl:
                     del entries[member]
                     self.streak.pop((member, group), None)
                     dropped += 1
@@ -289,4 +315,7 @@ class MapKeeper:
         return dropped
 
 
-__all__ = ["MAX_DEPARTED", "MAX_MEMBERS", "MapKeeper", "REJECT_MEMBER_LIMIT", "REJECT_MEMBER_RATE", "REJECT_REPLAY"]
+__all__ = [
+    "MAX_DEPARTED", "MAX_ENTRY_REFRESHES", "MAX_MEMBERS", "MapKeeper", "REJECT_MEMBER_LIMIT", "REJECT_MEMBER_RATE",
+    "REJECT_REPLAY",
+]

@@ -109,3 +109,43 @@ def test_our_own_reports_back_from_the_topic_count_toward_the_loss() -> None:
     for seq in range(1, 40):
         k2.own_echo(seq)
     assert k2.loss_rate() == 0.0 and k2.silence_ttl() == 3.0
+
+
+def test_an_unconfirmed_entry_lives_longer_where_refreshes_are_lost() -> None:
+    """Fuzz case 361 of seed 1: at 19 % loss a steady peer's three refreshes of a group (one
+    every K + 1 ticks under suppression) were all lost, the entry went at the 21 s safety TTL
+    although the peer was heard all along, and the receiver took the peer's share: 45 % over.
+    Under loss the entry now lives as many refresh periods as it takes for that many lost
+    refreshes in a row to be unlikely."""
+    from rgd.map_keeper import FALSE_EVICTION_ODDS, MAX_ENTRY_REFRESHES
+
+    k = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    assert k.entry_ttl() == 21.0  # nothing lost yet: the safety TTL
+    k.fold(report(1, ("g",)), 0.5)
+    seq, t = 1, 0.0
+    for i in range(400):  # every fifth report lost (20 %), none names "g" after the first
+        seq += 2 if i % 4 == 3 else 1
+        t += 1.0
+        k.fold(report(seq, ("h",)), t)
+        if i == 30:
+            k.fold(report(seq + 1, ("g",)), t + 0.5)  # a refresh of "g" at t = 31.5
+            seq += 1
+    p = k.loss_rate()
+    assert 0.15 < p < 0.21
+    refreshes = _intervals_by_brute_force(p, FALSE_EVICTION_ODDS)
+    assert refreshes == 6
+    assert k.entry_ttl() == 21.0 + (refreshes - 3) * K1 * 1.0  # 39 s
+    # Gaps kept resetting the idle streak, so only age can drop "g": not at 21 s ...
+    k.usage_map.groups["g"]["b"].updated = 100.0
+    k.expire_groups(100.0 + 22.0)
+    assert "b" in k.usage_map.groups["g"]
+    # ... but at 39 s.
+    k.expire_groups(100.0 + 39.5)
+    assert "g" not in k.usage_map.groups
+    # However heavy the loss, an unconfirmed entry goes within MAX_ENTRY_REFRESHES periods.
+    k2 = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    for i in range(1, 200):
+        k2.fold(report(i * 10, ("g",)), float(i))  # nine of ten lost
+    assert k2.entry_ttl() == 21.0 + (MAX_ENTRY_REFRESHES - 3) * K1
+    # Told nothing of the report interval, the safety TTL alone.
+    assert keeper().entry_ttl() == 21.0

@@ -69,6 +69,18 @@ change halved the worst overshoot (72.1 % -> 33.3 %) and moved utilization the o
 Then reports came to carry how many members their sender counts, and a newcomer that has
 not heard them all listens a tick longer (ClusterNode.unheard_members): windows at >= 95 %
 0.984 -> 0.986, the rest unchanged.
+
+Re-measured when the simulated brokers came to ask in producer batches (at most 1 ms of their
+demand, 1000 messages or 128 KB, coarsened up to 1 % of the daemon's limit: sim/engine.py)
+and an unconfirmed group entry came to outlive the safety TTL under measured loss
+(rgd/map_keeper.py, entry_ttl): the worst overshoot 9.9 % -> 5.2 % (case 20), the worst
+window's utilization 0.915 -> 0.927 (case 9), windows at >= 95 % 0.986 -> 0.989, within 3
+ticks 0.973 -> 0.977, within 5 and Jain unchanged. Then a small share's 1-second window
+came to be capped at 1.1 s of its rate or its rate plus one message, whichever is more,
+rather than the sum: within 3 ticks 0.977 -> 0.981 (doorman-fair 0.977, so rgd now
+converges best on the corpus too), within 5 0.981 -> 0.985, the worst window's utilization
+0.927 -> 0.919 and windows at >= 95 % 0.989 -> 0.986 (case 9); on the 500 scenarios windows
+under 95 % went 126 -> 125 and failing cases 99 -> 92.
 """
 
 from __future__ import annotations
@@ -134,16 +146,16 @@ def test_rgd_floors_on_the_corpus() -> None:
     # are averaged over their converged part, not their last half, so their utilization
     # counts among the converged windows: 0.991 -> 0.988 of them at >= 0.95.
     assert min(jains) >= 0.99, figures  # the target, in every window: measured 0.993
-    assert min(utils) >= 0.91, figures  # target 0.95 in every window: measured min 0.915 ...
+    assert min(utils) >= 0.91, figures  # target 0.95 in every window: measured min 0.919 ...
     assert util_ok >= 0.98, figures  # ... and 0.986 of windows at >= 0.95
-    assert within3 >= 0.97, figures  # target 0.95 of changes: measured 0.973 (0.958 before the joint budget)
-    assert within5 >= 0.98, figures  # target: all of them; measured 0.981 (0.977 before)
+    assert within3 >= 0.975, figures  # target 0.95 of changes: measured 0.981 (0.958 before the joint budget)
+    assert within5 >= 0.98, figures  # target: all of them; measured 0.985 (0.977 before)
     assert calm == 1.0, figures  # target: every scenario; measured 30 of 30
-    assert worst <= 10.0, figures  # the target; measured 9.9 % (case 7)
+    assert worst <= 10.0, figures  # the target; measured 5.2 % (case 20)
 
 
 @pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: "
-                   "windows >= 95 % utilization 0.986 (all), changes within 5 ticks 0.981 (all)")
+                   "windows >= 95 % utilization 0.986 (all), changes within 5 ticks 0.985 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)
@@ -152,10 +164,10 @@ def test_rgd_meets_the_targets_on_the_corpus() -> None:
     assert all(t <= 5 for t in strict)
 
 
-@pytest.mark.xfail(strict=True, reason="doorman-fair converges within 3 ticks in 0.973 of the corpus's changes, "
-                   "rgd in 0.954 (its conservative dominant shares where daemons bind on different dimensions, "
-                   "and start-up under a 1-tick delay waits for every peer's report)")
 def test_no_other_strategy_converges_better_on_the_corpus() -> None:
+    """A strict xfail until small shares' windows were capped at the larger of 1.1 s of the
+    rate and the rate plus one message: rgd 0.981 within 3 ticks, doorman-fair 0.977."""
+
     def key(strategy: str) -> tuple[float, float]:
         strict = _strict(_completed(strategy))
         return sum(1 for t in strict if t <= 3) / len(strict), -max(strict)

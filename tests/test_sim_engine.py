@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -253,28 +254,47 @@ def test_jain_counts_one_message_off_as_none() -> None:
     assert jain(tick(3.0)) < 0.7
 
 
-def test_no_ask_is_larger_than_one_pulsar_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An ask is one publish, and Pulsar refuses a message over 5 MiB (maxMessageSize's
-    default, Commands.DEFAULT_MAX_MESSAGE_SIZE). Here a sixteenth of a sub-step's demand is
-    1 000 messages of 30 000 bytes (30 MB): asked at once, it passed whole on a full bucket
-    and a 1 s window saw one or two of them (fuzz case 347 of seed 1, 15.4 % over the quota)."""
+def test_an_ask_is_one_producer_batch() -> None:
+    """Pulsar's producer closes a batch at 1 ms, 1000 messages or 128 KB; the simulator may
+    coarsen asks up to 1 % of the daemon's limit, never past a sixteenth of a sub-step.
+    Expected sizes worked out by hand from those rules."""
+    from sim.engine import ask_size
+
+    # Fuzz case 427 of seed 1: 30 120 msg/s offered on a 1 790 msg/s limit, 0.2 s sub-steps:
+    # 1 ms of demand is 30 messages (1 % of the limit is 17.9; a sixteenth, 376).
+    assert ask_size(30_120, 0.2, 67, 1_790) == 30
+    # 500 msg/s under a 1 000 msg/s limit: 1 % of the limit (10) beats 1 ms (0.5); a
+    # sixteenth of the sub-step (6.25) is smaller still.
+    assert ask_size(500, 0.2, 100, 1_000) == 6
+    assert ask_size(500, 0.05, 100, 1_000) == 1  # never below one message
+    assert ask_size(2_000_000, 0.2, 10, math.inf) == 1_000  # at most 1 000 messages
+    assert ask_size(2_000_000, 0.2, 30_000, math.inf) == 4  # at most 128 KB: 4 x 30 kB
+    assert ask_size(2_000_000, 0.2, 200_000, math.inf) == 1  # a message over 128 KB goes alone
+    # No limit yet (the first asks of a group): a sixteenth of the sub-step, within the caps.
+    assert ask_size(800, 0.2, 100, math.inf) == 10
+
+
+def test_a_daemon_offered_far_more_than_its_limit_asks_in_small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asks of a sixteenth of a sub-step were 12.5 ms of demand: at 17x the limit each ask was
+    larger than the 0.1 s bucket and a 1-second window held 4 or 5 of them (fuzz case 427 of
+    seed 1, 11.5 % over with the long-run rate held). In batches of 1 ms no tick goes over."""
     from rgd.limiter import Limiter
-    from sim import engine
 
     asked: list[int] = []
     acquire = Limiter.acquire
 
     def recording(self, group, kind, messages, nbytes, *args, **kwargs):  # type: ignore[no-untyped-def]
-        asked.append(nbytes)
+        asked.append(messages)
         return acquire(self, group, kind, messages, nbytes, *args, **kwargs)
 
     monkeypatch.setattr(Limiter, "acquire", recording)
-    doc = {"ticks": 4, "daemons": ["a", "b"],
-           "groups": {"g": {"publishRateInMsgs": 10_000, "publishRateInBytes": 80_000_000}},
-           "message_sizes": {"g": 30_000}, "demand": {"g": {"a": 160_000, "b": 500}}}
+    doc = {"ticks": 8, "substeps": 5, "daemons": ["a"], "groups": {"g": {"publishRateInMsgs": 1_800}},
+           "message_sizes": {"g": 67}, "demand": {"g": {"a": 30_000}}}
     result = run(parse(doc), "rgd")
-    assert engine.MAX_ASK_BYTES == 5 * 1024 * 1024
-    assert asked and max(asked) <= engine.MAX_ASK_BYTES
-    assert max(asked) > engine.MAX_ASK_BYTES - 30_000  # as large as the cap lets it be, not smaller
-    # the whole demand still arrives: a's offered rate is what the scenario says
-    assert result.dims["g/publish"][2].offered["a"] > 0
+    # The group's first asks come before the limiter holds a limit for it (a sixteenth of a
+    # sub-step); every later one is 1 ms of 30 000 msg/s.
+    assert len(asked) > 1000 and max(asked[20:]) <= 30
+    series = result.dims["g/publish"]
+    assert series[3].offered["a"] == pytest.approx(30_000)  # the whole demand still arrives
+    for t in series[2:]:
+        assert t is not None and t.admitted["a"] <= 1_800 * 1.05
