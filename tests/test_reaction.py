@@ -261,7 +261,7 @@ def test_a_group_s_first_demand_leaves_every_member_its_even_claim_until_it_coul
     first_demand_of_b(a, clock)
     seen = clock.t
     # Before, a (no report of its own folded by peers yet) fell to the floor b reserves for a
-    # member without demand: 300 * min(0.02, 0.05 / 3) = 5. Now a and c keep 100 each.
+    # member without demand: 300 * min(0.02, 0.02 / 3) = 2. Now a and c keep 100 each.
     assert a.limits_for(H)["publish"][0] == pytest.approx(100)
     view, _ = a.unreported_claims(H, a.usage_map.group_usage("h"), None, clock.t)
     assert set(view) == {"a", "b", "c"}
@@ -282,7 +282,7 @@ def test_a_member_without_traffic_in_a_waking_group_says_so_at_once() -> None:
     assert answer is not None and answer.restatement
     assert [g.group for g in answer.groups] == ["h"] and answer.groups[0].publish.throttled_messages == 0
     assert a.idle_answer(clock.t) is None  # once
-    assert a.limits_for(H)["publish"][0] == pytest.approx(300 * 0.05 / 3)  # a claims nothing: the floor
+    assert a.limits_for(H)["publish"][0] == pytest.approx(300 * 0.02 / 3)  # a claims nothing: the floor
 
 
 def test_a_new_group_with_even_demand_is_used_in_its_first_second() -> None:

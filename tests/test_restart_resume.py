@@ -18,7 +18,8 @@ from sim.scenario import load
 from tests.fake_clock import FakeClock, wall_ms
 
 G = ResourceGroup("g", publish_msgs=300)
-FLOOR = 300 * min(0.02, 0.05 / 2)  # two members: newcomer fraction vs idle reserve / n = 6
+FLOOR = 300 * min(0.02, 0.02 / 2)  # two members: newcomer fraction vs idle reserve / n = 3
+FLOOR_ALONE = 300 * min(0.02, 0.02 / 1)  # a member that knows no peer yet: 6
 
 
 def node(clock: FakeClock, incarnation: int, resume: Resume | None = None) -> ClusterNode:
@@ -63,7 +64,7 @@ def test_a_crashed_daemon_restarted_within_the_ttl_resumes_its_old_share() -> No
     assert hello.restatement and [x.group for x in hello.groups] == ["g"]
     assert hello.groups[0].publish.admitted_messages + hello.groups[0].publish.throttled_messages >= 200
     assert a.hello_report(clock.t) is None  # once
-    assert a.limits_for(G)["publish"][0] == pytest.approx(FLOOR)  # b not heard yet: the floor
+    assert a.limits_for(G)["publish"][0] == pytest.approx(FLOOR_ALONE)  # b not heard yet: the floor
     a.receive(peer_report(3, clock.t), None, clock.t)  # b speaks (its announcement of us)
     # Every member the predecessor knew has spoken: settled at once, and peers still count
     # the predecessor's 200 msg/s for a: 150 again, not the floor.
