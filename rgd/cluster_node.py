@@ -63,8 +63,8 @@ from rgd.quota.calculator import (NEW_BUCKET_SECONDS, PEER_VIEW_STRATEGIES, Calc
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import IDLE, GroupLimits, KindRates, PeerUsage
 from rgd.report_builder import (
-    HEADER_SLACK, INDEX_BYTES_PER_ENTRY, MAX_REPORT_BYTES, bound_report, drop_silent_kinds, figures, group_entries, peer_usage,
-    split_points,
+    HEADER_SLACK, INDEX_BYTES_PER_ENTRY, MAX_REPORT_BYTES, bound_report, demand_figures, drop_silent_kinds, figures,
+    group_entries, peer_usage, split_points,
 )
 from rgd.report_codec import (REPLAY_WINDOW_MS, FoldScope, HmacKeys, Rejected, check_plausible, decode_report,
                               groups_cap)
@@ -1084,7 +1084,11 @@ class ClusterNode:
         send, suppressed = select_reports(self.config.suppression, state, current)
         # A group reported early this tick whose demand still reads as reported early: its tick
         # counts average the old demand and the new one, and would set peers (and our own view)
-        # back to a demand that no longer holds. The tick report still carries them (they are
+        # back to a demand that no longer holds. Demand, not the figures: while our share grows
+        # after a step, what we admit rises and what we throttle falls at one demand, and
+        # compared figure by figure that read as a move, so the tick set our own demand back
+        # to the tick's average and cut the share we had just been granted (live, `rgd up`'s
+        # load: a daemon rising from 36 to 100 msg/s fell back to 79 for a quarter second). The tick report still carries them (they are
         # the usage logs' accounting), and a restatement right after it says the current
         # (window) demand again: peers fold it last, and it is a second chance for peers that
         # lost the early report. A group whose bucket appeared within this tick (its counts
@@ -1093,7 +1097,8 @@ class ClusterNode:
         born = {g for (g, _), at in self._born.items() if now - at < tick_s - 1e-9}
         restate = [n for n in send if n in self._window_entries and any(self._window_figures[n])
                    and ((n in self._early_this_tick and n in self._last_figures
-                         and not moved(self._last_figures[n], self._window_figures[n], tolerance))
+                         and not moved(demand_figures(self._last_figures[n]),
+                                       demand_figures(self._window_figures[n]), tolerance))
                         or n in born)] if self.config.early_reports else []
         for name in send:
             self._last_figures[name] = state.last_sent[name]

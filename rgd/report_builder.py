@@ -112,6 +112,17 @@ def figures(gu: GroupUsage) -> tuple[float, ...]:
     return tuple(out)
 
 
+def demand_figures(figs: tuple[float, ...]) -> tuple[float, ...]:
+    """The demand in `figures` (admitted plus throttled, per kind and dimension), without
+    the split between the two. The split moves whenever our own limit does: after a demand
+    step our share grows over a few reacts, so what we admit rises and what we throttle
+    falls while the demand holds. Figures of another shape are returned as they are."""
+    if len(figs) % 4:
+        return figs
+    return tuple(v for i in range(0, len(figs), 4)
+                 for v in (figs[i] + figs[i + 2], figs[i + 1] + figs[i + 3]))
+
+
 def peer_usage(gu: GroupUsage, tick_s: float) -> PeerUsage:
     """What peers will fold from this entry: the same conversion as usage_map.entry_usage."""
     return entry_usage(gu, tick_s)
@@ -201,5 +212,5 @@ def split_points(report: UsageReport, max_bytes: int = MAX_REPORT_BYTES) -> list
 
 __all__ = [
     "HEADER_SLACK", "INDEX_BYTES_PER_ENTRY", "MAX_NAMESPACES_PER_ENTRY", "MAX_REPORT_BYTES", "Trimmed", "bound_report", "split_points",
-    "group_entries", "figures", "peer_usage", "local_rates", "is_silent", "drop_silent_kinds", "kind_usage",
+    "group_entries", "figures", "demand_figures", "peer_usage", "local_rates", "is_silent", "drop_silent_kinds", "kind_usage",
 ]

@@ -480,3 +480,49 @@ def test_reports_say_how_many_members_their_sender_counts() -> None:
     assert a.tick_report(clock.t).report.members == 1
     a.receive(_peer("b", clock.t, members=2), None, clock.t)
     assert a.tick_report(clock.t).report.members == 2
+
+
+def test_a_tick_restates_an_early_demand_while_our_share_grows_under_it() -> None:
+    # Live, `rgd up`'s load: a daemon whose demand rose from 36 to 108 msg/s reported it early
+    # and was granted 99 msg/s; at the tick, what it admitted had risen and what it throttled
+    # fallen (its share grew, its demand held), and compared figure by figure that read as a
+    # move: the tick's counts (79/s, the average of old and new demand) became its own demand
+    # again and cut the share it had just been granted. The demand is what must still hold.
+    clock = FakeClock()
+    n = node(clock)
+    clock.t += 1.0
+    echo(n, clock, 0.0)  # alone, settled
+
+    def offer(rate: float, steps: int) -> list:
+        sent = []
+        for _ in range(steps):
+            for _ in range(int(round(rate * 0.1))):
+                n.limiter.acquire(G, "publish", 1, 100, "g/ns", now=clock.t)
+            clock.t += 0.1
+            r = n.early_report(clock.t)
+            if r is not None:
+                sent.append(r)
+        return sent
+
+    offer(100, 10)
+    n.tick_report(clock.t)
+    offer(100, 3)
+    n.limiter.set_limit(G, "publish", 60.0, float("inf"))  # a peer holds the rest
+    early: list = []
+    for _ in range(6):  # the step to 250/s, throttled to 60/s: reported early twice, the
+        early += offer(250, 1)  # first window half before it, the second all after
+        if len(early) == 2:
+            break
+    assert len(early) == 2
+    throttled = early[1].groups[0].publish
+    assert throttled.admitted_messages + throttled.throttled_messages == 50  # 250/s over 0.2 s
+    assert throttled.throttled_messages > 0
+    n.limiter.set_limit(G, "publish", 300.0, float("inf"))  # the peer went idle: granted
+    assert offer(250, 2) == []  # within the gap: no second early report
+    out = n.tick_report(clock.t)
+    assert out.restated is not None and [g.group for g in out.restated.groups] == ["g"]
+    restated = out.restated.groups[0].publish
+    assert restated.admitted_messages > throttled.admitted_messages  # the split moved ...
+    assert restated.admitted_messages + restated.throttled_messages == 50  # ... the demand held
+    own = n.usage_map.groups["g"]["a"].usage.publish
+    assert own.admitted_messages + own.throttled_messages == pytest.approx(250.0)  # not the tick's average
