@@ -216,6 +216,15 @@ def rss_mb(pid: int, tree: bool = True) -> float:
     return _summed(pid, tree, "status", "VmRSS:")
 
 
+def rss_tree_and_own_mb(pid: int) -> tuple[float, float]:
+    """rss_mb of the tree and of the daemon's own process from one read of each process:
+    read apart, a process still growing put a page more in one than in the other, and a
+    daemon alone in its process read as holding memory elsewhere."""
+    own = rss_mb(pid, tree=False)
+    others = sum(rss_mb(p, tree=False) for p in _process_tree(pid) if p != pid)
+    return own + others, own
+
+
 def pss_mb(pid: int) -> float:
     """The daemon's processes' proportional set sizes, summed: shared library pages counted
     once, not once a process as summed RSS counts them (a pod's memory use counts them once
@@ -570,8 +579,9 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
 
         def sample() -> None:
             while not sampler_stop.wait(1.0):
-                figures.rss_mb.append(rss_mb(pid))
-                figures.rss_own_mb.append(rss_mb(pid, tree=False))
+                tree_mb, own_mb = rss_tree_and_own_mb(pid)
+                figures.rss_mb.append(tree_mb)
+                figures.rss_own_mb.append(own_mb)
                 figures.pss_mb.append(pss_mb(pid))
                 figures.cpu_s.append(sum(map(cpu_seconds, _process_tree(pid))))
 
@@ -598,7 +608,9 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         cpu1 = cpu_seconds(pid), sum(map(cpu_seconds, children))
         publisher.join(30)
         sampler_stop.set()
-        figures.rss_mb.append(rss_mb(pid))
+        tree_mb, own_mb = rss_tree_and_own_mb(pid)  # both: a last read of one alone may be a page larger
+        figures.rss_mb.append(tree_mb)
+        figures.rss_own_mb.append(own_mb)
         m1 = final_scrape(daemon.url, figures)
     finally:
         stop.set()
