@@ -1088,7 +1088,8 @@ class ClusterNode:
         # after a step, what we admit rises and what we throttle falls at one demand, and
         # compared figure by figure that read as a move, so the tick set our own demand back
         # to the tick's average and cut the share we had just been granted (live, `rgd up`'s
-        # load: a daemon rising from 36 to 100 msg/s fell back to 79 for a quarter second). The tick report still carries them (they are
+        # load: a daemon rising from 36 to 100 msg/s fell back to 79 for a quarter second).
+        # The tick report still carries them (they are
         # the usage logs' accounting), and a restatement right after it says the current
         # (window) demand again: peers fold it last, and it is a second chance for peers that
         # lost the early report. A group whose bucket appeared within this tick (its counts

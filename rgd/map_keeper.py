@@ -76,6 +76,12 @@ LOSS_HALF_LIFE_REPORTS = 200.0
 LOSS_PRIOR_REPORTS = 10.0
 
 
+def _all_lost_rarely(p: float) -> int:
+    """How many reports in a row must all be lost, at loss rate 0 < p < 1, for that to be
+    as unlikely as FALSE_EVICTION_ODDS: what silence_ttl and entry_ttl wait for."""
+    return math.ceil(math.log(FALSE_EVICTION_ODDS) / math.log(p) - 1e-9)
+
+
 @dataclass
 class MapKeeper:
     usage_map: UsageMap
@@ -116,7 +122,7 @@ class MapKeeper:
             return self.ttl_seconds
         if p >= 1.0:
             return self.safety_ttl_seconds
-        intervals = math.ceil(math.log(FALSE_EVICTION_ODDS) / math.log(p) - 1e-9)
+        intervals = _all_lost_rarely(p)
         return min(self.safety_ttl_seconds, max(self.ttl_seconds, intervals * self.report_interval_seconds))
 
     def entry_ttl(self) -> float:
@@ -129,8 +135,7 @@ class MapKeeper:
         p = self.loss_rate()
         if self.report_interval_seconds is None or p <= 0.0:
             return self.safety_ttl_seconds
-        refreshes = MAX_ENTRY_REFRESHES if p >= 1.0 else min(
-            MAX_ENTRY_REFRESHES, math.ceil(math.log(FALSE_EVICTION_ODDS) / math.log(p) - 1e-9))
+        refreshes = MAX_ENTRY_REFRESHES if p >= 1.0 else min(MAX_ENTRY_REFRESHES, _all_lost_rarely(p))
         extra = max(0, refreshes - 3) * self.refresh_reports * self.report_interval_seconds
         return self.safety_ttl_seconds + extra
 

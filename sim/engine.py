@@ -26,8 +26,8 @@ metrics.py turns that into the comparison figures.
 
 from __future__ import annotations
 
-import random
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
