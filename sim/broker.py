@@ -33,6 +33,7 @@ class ArrivingDemand:
     a message not arrived yet is carried to the next sub-step."""
 
     carried: float = 0.0
+    arrived: int = 0  # whole messages that arrived in the last sub-step (the judge's offered load)
 
     def step(self, rate: float, start: float, end: float, batch: int, ask: Ask) -> int:
         """The sub-step [start, end) at `rate` messages/s: its whole messages, in asks of
@@ -40,6 +41,7 @@ class ArrivingDemand:
         self.carried += rate * (end - start)
         n = int(self.carried + 1e-9)
         self.carried -= n
+        self.arrived = max(0, n)
         if n <= 0:
             return 0
         sizes = [batch] * (n // batch) + ([n % batch] if n % batch else [])

@@ -37,7 +37,7 @@ from rgd.wire.usage_report_pb2 import UsageReport
 from sim.broker import ArrivingDemand
 from sim.node import NodeStats, SimNode
 from sim.profiles import Profile, profile_for
-from sim.scenario import Scenario, ScenarioError
+from sim.scenario import Scenario, ScenarioError, Sizes
 from sim.transport import Transport, TransportSpec
 
 TICK_SECONDS = 1.0
@@ -87,6 +87,10 @@ class DimensionTick:
     # What one message of each daemon with traffic counts in this dimension's unit (1 where
     # messages are measured, its size where bytes are): a tick admits whole messages.
     per_message: dict[str, float] = field(default_factory=dict)
+    # The whole messages that arrived in the tick (in this dimension's unit): what the daemon
+    # was offered, counted as its brokers saw it. `offered` is the rate they arrive at; a
+    # daemon offered 4.4 msg/s sees 4 in most ticks and 5 in some, and admits all of them.
+    arrived: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,32 @@ class _Sink:
             self.sim.log.received(node.node_id, report, data, now)
 
 
+class MessageSizes:
+    """Each daemon's message size per group as events change it (a scenario's `message_sizes`
+    is the start). An event's number sets a group's size for every daemon; its mapping sets
+    the daemons it names."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self._default = scenario.message_bytes
+        self._group: dict[str, int] = {}
+        self._daemon: dict[tuple[str, str], int] = {}
+        self.update(scenario.message_sizes)
+
+    def update(self, sizes: Sizes) -> None:
+        for group, value in sizes.items():
+            if isinstance(value, dict):
+                for daemon, size in value.items():
+                    self._daemon[(group, daemon)] = int(size)
+            else:
+                self._group[group] = int(value)
+                for key in [k for k in self._daemon if k[0] == group]:
+                    del self._daemon[key]
+
+    def of(self, group: str, daemon: str) -> int:
+        """Bytes per message `daemon` sends in `group` now."""
+        return self._daemon.get((group, daemon), self._group.get(group, self._default))
+
+
 class Simulation:
     def __init__(self, scenario: Scenario, strategy: str, params: QuotaParams | None = None,
                  log: ReportLog | None = None) -> None:
@@ -142,6 +172,7 @@ class Simulation:
         self.rng = random.Random(f"sim:{scenario.seed}")
         self.groups: dict[str, ResourceGroup] = dict(scenario.groups)
         self.demand = {g: {d: dict(k) for d, k in per.items()} for g, per in scenario.demand.items()}
+        self.sizes = MessageSizes(scenario)
         self.nodes: dict[str, SimNode] = {}
         self.retired: list[SimNode] = []
         self._incarnation = 0
@@ -219,11 +250,17 @@ class Simulation:
                 for daemon, kinds in per.items():
                     self.demand.setdefault(group, {}).setdefault(daemon, {}).update(kinds)
             observable = max(observable, ev.at + 1)
+        if ev.message_sizes:
+            # Peers learn a new size from the first report of traffic in it, as a demand change.
+            self.sizes.update(ev.message_sizes)
+            observable = max(observable, ev.at + 1)
         for what, ids in (("crash", ev.crash), ("leave", ev.leave), ("join", ev.join)):
             if ids:
                 labels.append(f"{what} {','.join(ids)}")
         if ev.demand:
             labels.append("demand")
+        if ev.message_sizes:
+            labels.append("sizes " + ",".join(sorted(ev.message_sizes)))
         return Change(ev.at, observable, "; ".join(labels))
 
     # -- the loop ---------------------------------------------------------------------------
@@ -234,7 +271,7 @@ class Simulation:
         if msgs >= 0:
             return msgs, 1.0
         if nbytes >= 0:
-            return nbytes, float(self.scenario.size_of(group.name, daemon))
+            return nbytes, float(self.sizes.of(group.name, daemon))
         return None
 
     def run(self) -> RunResult:
@@ -332,13 +369,14 @@ class Simulation:
                     rate = kinds[kind] * factors.get((node_id, group_name, kind), 1.0)
                     key = f"{group_name}/{kind}"
                     tick = record.get(key)
-                    mb = self.scenario.size_of(group_name, node_id)
+                    mb = self.sizes.of(group_name, node_id)
                     unit = 1.0 if tick is None else self._unit(group, kind, node_id)[1]  # type: ignore[index]
                     if tick is not None:
                         tick.offered[node_id] = rate * unit
                         tick.message_bytes[node_id] = float(mb)
                         tick.per_message[node_id] = unit
                         tick.admitted.setdefault(node_id, 0.0)
+                        tick.arrived.setdefault(node_id, 0.0)
                     if rate <= 0:
                         continue
                     arriving = self._arrivals.setdefault((node_id, group_name, kind), ArrivingDemand())
@@ -347,6 +385,7 @@ class Simulation:
                     admitted = arriving.step(rate, self.now, self.now + step, batch, node.asker(group, kind, mb))
                     if tick is not None:
                         tick.admitted[node_id] += admitted * unit
+                        tick.arrived[node_id] += arriving.arrived * unit
 
     @staticmethod
     def _limit_messages(node: SimNode, group: str, kind: str, mb: int) -> float:

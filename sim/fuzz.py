@@ -14,6 +14,8 @@ Scenario i of seed S is a pure function of (S, i): `draw_scenario(S, i)`. The bo
   skewed (Zipf-like) or even splits, total demand 0.3..3x the quota;
 - membership: joins, graceful leaves, crashes, same-id restarts, rolling restarts;
 - config: quota raises and cuts (x0.1..x10), group create and delete;
+- message sizes: a third of the scenarios with a group limiting messages and bytes both
+  change some of its daemons' sizes (x0.25..x4) once or twice mid-run;
 - transport: loss 0..30 %, delivery delay 0..2 ticks, duplicates 0..10 %;
 - phases aligned, spread or random.
 Sizes are kept so that a run of 500 scenarios x 5 strategies takes minutes on 2 cores
@@ -195,6 +197,34 @@ def _sizes_doc(d: _Draft) -> dict[str, Any]:
     return out
 
 
+def _coupled(limits: dict[str, float]) -> bool:
+    """Does a kind of this group limit messages and bytes both (split jointly by rgd)?"""
+    return any(f"{k}RateInMsgs" in limits and f"{k}RateInBytes" in limits for k in ("publish", "dispatch"))
+
+
+def _size_changes(d: _Draft, sizes: dict[str, Any], rng: random.Random) -> None:
+    """A third of the scenarios with a group whose messages and bytes are both limited change
+    some of its daemons' message sizes (x0.25..x4) once or twice mid-run: where both are
+    limited, a size change moves which dimension binds and the joint split's budget, and
+    views that hold a daemon's old and new size at once are what that budget's bound is for
+    (rgd/quota/calculator.py: _joint). Drawn from a stream of their own, so every other
+    part of a scenario is what it was before these were drawn."""
+    groups = sorted(g for g, lim in d.groups.items() if _coupled(lim) and d.members.get(g))
+    if not groups or rng.random() >= 1 / 3 or d.ticks - 6 <= 8:
+        return
+    for _ in range(rng.randint(1, 2)):
+        g = rng.choice(groups)
+        at = rng.randint(8, d.ticks - 6)
+        members = d.members[g]
+        who = sorted(rng.sample(members, rng.randint(1, len(members))))
+        now = sizes[g]
+        change = {}
+        for m in who:
+            old = now.get(m, d.sizes[g]) if isinstance(now, dict) else now
+            change[m] = max(1, min(BOUNDS["message_bytes"][1] * 4, int(old * _log_uniform(rng, 0.25, 4.0))))
+        d.event(at).setdefault("message_sizes", {}).setdefault(g, {}).update(change)
+
+
 def _busy(d: _Draft) -> list[tuple[str, str, str]]:
     return [(g, m, k) for g in sorted(d.demand) if g in d.groups
             for m in sorted(d.demand[g]) for k in sorted(d.demand[g][m])]
@@ -367,8 +397,9 @@ def draw_document(seed: int, index: int) -> dict[str, Any]:
     delay = rng.choice([0.0, 0.0, 0.0, 0.5, 1.0, 1.0, 1.5, 2.0])
     dup = 0.0 if rng.random() < 0.5 else round(rng.uniform(*BOUNDS["duplicate"]), 3)
     jitter = 0.0 if rng.random() < 0.5 else round(rng.uniform(*BOUNDS["jitter"]), 3)
-    events = [d.events[k] for k in sorted(d.events) if len(d.events[k]) > 1]
     sizes = _sizes_doc(d)  # after the events: groups they create, daemons that join a group
+    _size_changes(d, sizes, random.Random(f"fuzz-sizes:{seed}:{index}"))
+    events = [d.events[k] for k in sorted(d.events) if len(d.events[k]) > 1]
     doc: dict[str, Any] = {
         "name": f"fuzz-{seed}-{index:04d}",
         "description": (f"fuzzed (seed {seed}, case {index}): {total} daemons, {len(d.sizes)} groups, "

@@ -2,7 +2,7 @@
 
 Per dimension (group x kind) and tick, the ideal comes from the judge (sim/oracle.py,
 which shares no code with any strategy): the max-min fair split of the quota over the
-live daemons' offered load, or, where a group limits messages and bytes both, the
+live daemons' offered load (the whole messages that arrived at each in that tick), or, where a group limits messages and bytes both, the
 lexicographic max-min of dominant shares (Dominant Resource Fairness with demand caps).
 A daemon whose bytes bind is judged in bytes: its tolerance and slack are fractions of
 the bytes quota. Definitions (all documented in the table's legend, sim/table.py):
@@ -99,11 +99,18 @@ class Judged:
         return sum(a * x.get(i, 0.0) for i, a in zip(self.ids, c.coeffs))
 
 
-def judge(t: DimensionTick) -> Judged:
+def judge(t: DimensionTick, at_rates: bool = False) -> Judged:
     """The oracle's ideal for one tick. Coupled limits (a bytes quota beside the measured messages
-    quota) are one problem over both; otherwise the one limited dimension, in its own unit."""
+    quota) are one problem over both; otherwise the one limited dimension, in its own unit.
+
+    The load each daemon was offered is the whole messages that arrived in the tick where the
+    engine recorded them (a daemon offered 4.4 msg/s sees 4 or 5 and may admit all: judged
+    on the rate, ten such daemons in phase read as 14 % over their ideal in every fifth tick
+    with nothing denied); `at_rates` judges the rates themselves (whether a change moved the
+    ideal: arrivals would read every tick's one-message noise as a move)."""
     ids, constraints = _constraints(t)
-    return Judged(ids, constraints, progressive_fill([t.offered.get(i, 0.0) for i in ids], constraints))
+    offered = t.offered if at_rates or not t.arrived else t.arrived
+    return Judged(ids, constraints, progressive_fill([offered.get(i, 0.0) for i in ids], constraints))
 
 
 def _constraints(t: DimensionTick) -> tuple[tuple[str, ...], tuple[Constraint, ...]]:
@@ -203,16 +210,17 @@ def window_metrics(dimension: str, series: Sequence[DimensionTick | None], chang
         _mean([jain(t, j) for _, t, j in steady]),
         binding(ticks[0][2]),
         superseded=ttc is None and end - change.observable < BUDGET + HOLD,
-        moved=_moved(series, change, ticks[0][2]),
+        moved=_moved(series, change, ticks[0][1]),
     )
 
 
-def _moved(series: Sequence[DimensionTick | None], change: Change, after: Judged) -> bool:
-    """Did the change move this dimension's ideal (beyond the convergence tolerance)?"""
+def _moved(series: Sequence[DimensionTick | None], change: Change, after_tick: DimensionTick) -> bool:
+    """Did the change move this dimension's ideal (beyond the convergence tolerance)? Judged on
+    the rates offered before and after, not the messages that happened to arrive."""
     before_tick = series[change.tick - 1] if change.tick > 0 else None
     if before_tick is None:
         return True
-    before = judge(before_tick)
+    before, after = judge(before_tick, at_rates=True), judge(after_tick, at_rates=True)
     if set(before.ids) != set(after.ids) or before.constraints != after.constraints:
         return True
     old, new = before.shares, after.shares

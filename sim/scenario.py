@@ -11,7 +11,7 @@ substeps: 10               # acquires are spread over this many instants per tic
 phases: spread             # when each daemon ticks within a tick: spread | aligned | random
 message_bytes: 1000        # bytes per message (demand is in messages/s)
 message_sizes:             # per group (a number) or per group and daemon (a mapping): bytes per
-  g: {a: 200, b: 20000}    #   message, overriding message_bytes (1..100 MiB); fixed for the run
+  g: {a: 200, b: 20000}    #   message, overriding message_bytes (1..100 MiB); events may change them
 burst: 0.1                 # token bucket, seconds of the local limit (default: the daemon's)
 ttl_ticks: 3               # rgd's eviction of a silent daemon (default: the daemon's)
 pulsar_ttl_ticks: 10       # Pulsar's: 600 s of usage kept, in 60 s periods
@@ -29,6 +29,7 @@ events:                    # changes at the start of tick `at`
     leave: [b]             # graceful: a leaving report, peers evict at once
     crash: [a]             # silent: peers evict after their TTL
     groups: {g: {publishRateInMsgs: 500}, h: {publishRateInMsgs: 50}, old: null}  # update/create/delete
+    message_sizes: {g: {a: 4000}}   # a daemon's (or, as a number, the group's) new message size
 ```
 
 Demand of a daemon that is not running is ignored until it joins.
@@ -54,7 +55,7 @@ TOP_KEYS = {
     "message_sizes",
 }
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
-EVENT_KEYS = {"at", "demand", "join", "leave", "crash", "groups"}
+EVENT_KEYS = {"at", "demand", "join", "leave", "crash", "groups", "message_sizes"}
 TRANSPORT_KEYS = {"loss", "delay", "duplicate"}
 
 Demand = dict[str, dict[str, dict[str, float]]]  # group -> daemon -> kind -> messages/s
@@ -73,6 +74,7 @@ class Event:
     leave: tuple[str, ...] = ()
     crash: tuple[str, ...] = ()
     groups: dict[str, Mapping[str, Any] | None] = field(default_factory=dict)
+    message_sizes: Sizes = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ class Scenario:
     message_sizes: Sizes = field(default_factory=dict)
 
     def size_of(self, group: str, daemon: str) -> int:
-        """Bytes per message that `daemon` sends in `group` (message_sizes, else message_bytes)."""
+        """Bytes per message that `daemon` sends in `group` at the start (message_sizes, else
+        message_bytes); events may change it (sim.engine.MessageSizes follows them)."""
         per = self.message_sizes.get(group)
         if per is None:
             return self.message_bytes
@@ -235,6 +238,7 @@ def parse(doc: Any, default_name: str = "scenario") -> Scenario:
             leave=_names(ev.get("leave", []), f"{epath}.leave"),
             crash=_names(ev.get("crash", []), f"{epath}.crash"),
             groups=_groups(ev.get("groups"), f"{epath}.groups", True),
+            message_sizes=_sizes(ev.get("message_sizes"), f"{epath}.message_sizes"),
         ))
     events.sort(key=lambda e: e.at)
     return Scenario(

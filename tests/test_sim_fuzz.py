@@ -82,6 +82,7 @@ def test_the_sample_covers_every_kind_of_change() -> None:
             seen["demand change"] += bool(ev.get("demand"))
             seen["group delete"] += any(v is None for v in ev.get("groups", {}).values())
             seen["group create"] += any(g not in doc["groups"] for g, v in ev.get("groups", {}).items() if v)
+            seen["size change"] += bool(ev.get("message_sizes"))
         consecutive = [ev["at"] for ev in doc["events"] if ev.get("demand")]
         seen["ramp"] += any(b - a == 1 for a, b in zip(consecutive, consecutive[1:]))
         f = _quota_factors(doc)
@@ -91,8 +92,41 @@ def test_the_sample_covers_every_kind_of_change() -> None:
     for what in ("phases aligned", "phases spread", "phases random", "loss", "delay > 1", "duplicates", "jitter",
                  "per-daemon sizes", "publish both", "publish messages", "publish bytes", "dispatch both",
                  "join", "leave", "crash", "same-id restart", "demand change", "group delete", "group create",
-                 "ramp", "quota raise", "quota cut"):
+                 "ramp", "quota raise", "quota cut", "size change"):
         assert seen[what] > 0, (what, seen)
+
+
+def test_size_changes_come_from_their_own_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Drawing size changes must leave the rest of every scenario as it was (the corpus floors
+    # and the fuzz figures of earlier stops stay comparable): without them, the same documents
+    # minus their size events.
+    from sim import fuzz
+
+    with_sizes = [draw_document(1, i) for i in range(40)]
+    monkeypatch.setattr(fuzz, "_size_changes", lambda d, sizes, rng: None)
+    without = [draw_document(1, i) for i in range(40)]
+    changed = 0
+    for a, b in zip(with_sizes, without):
+        events = []
+        for ev in a["events"]:
+            rest = {k: v for k, v in ev.items() if k != "message_sizes"}
+            changed += "message_sizes" in ev
+            if len(rest) > 1:
+                events.append(rest)
+        assert {**a, "events": events, "description": ""} == {**b, "description": ""}  # it counts event ticks
+    assert changed
+
+
+def test_a_size_change_names_coupled_members_and_stays_within_bounds() -> None:
+    for doc in docs():
+        members = {g: set(per) for g, per in doc["demand"].items()}
+        for ev in doc["events"]:
+            for g, per in ev.get("demand", {}).items():
+                members.setdefault(g, set()).update(per)
+        for ev in doc["events"]:
+            for g, per in ev.get("message_sizes", {}).items():
+                assert set(per) <= members.get(g, set()), (g, per)
+                assert all(1 <= v <= 4 * BOUNDS["message_bytes"][1] for v in per.values())
 
 
 def test_either_dimension_binds_in_the_sample() -> None:
