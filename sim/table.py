@@ -9,8 +9,9 @@ from sim.metrics import HOLD, OVER_GRACE, SLACK, TOLERANCE, Metrics
 
 LEGEND = f"""\
 - **fair share**: from the judge (sim/oracle.py, no code shared with any strategy): max-min fair over
-  offered load (the whole messages that arrived at each daemon in the tick); where a group limits messages and bytes both, the lexicographic max-min of dominant
-  shares (DRF with demand caps), and a daemon whose bytes bind is judged in bytes.
+  offered load (the whole messages that arrived at each daemon in the tick); where a group limits
+  messages and bytes both, the lexicographic max-min of dominant shares (DRF with demand caps), and a
+  daemon whose bytes bind is judged in bytes.
 - **converge**: ticks from the moment a change is observable (the next tick for demand, join and
   leave and a new group; the TTL for a crash; at once for a quota change) until every daemon is within
   {TOLERANCE:.0%} of its fair share (+{SLACK:.1%} of the quota of its dominant dimension, + one message) and the cluster's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st, target
 
 from rgd.groups import ResourceGroup
 from rgd.quota.calculator import JOINT_MAX_BUDGET, allocate_group, compute_limits
@@ -108,32 +108,28 @@ def test_rgd_share_never_grows_when_another_demand_grows(q, entries, members, ot
 from rgd.own_history import OwnHistory  # noqa: E402
 
 NOW = 10.0
-# What the shares in force of a jointly split kind may sum to across views: the overshoot the
-# quota-quality issue tolerates (10 %), a literal and not the allocator's own cap
-# (JOINT_MAX_BUDGET), so a larger cap is held to the same bound.
+# What the shares in force of a jointly split kind may sum to across views, for any figures
+# at all: the budget cap's bound (calculator.JOINT_MAX_BUDGET), written as a literal so that a
+# larger cap fails here until someone looks. Reached only by sizes no broker sends (below).
+JOINT_WORST_CASE = 1.5
+# ... and for message sizes a broker can send (1 B to Pulsar's 5 MiB maxMessageSize): the
+# overshoot the quota-quality issue tolerates (10 %).
 JOINT_OVERSHOOT = 1.10
+MAX_MESSAGE_BYTES = 5 * 1024 * 1024
 
 
-@settings(max_examples=300, deadline=None)
-@given(groups, st.lists(ids, min_size=1, max_size=6, unique=True), st.data())
-def test_shares_in_force_stay_under_the_quota_for_any_delivery_delay(group, everyone, data) -> None:
-    # Every daemon published a few entries at random times. A report takes at most D to
-    # arrive (in order, none lost), so a peer holds, of each daemon, the newest entry
-    # published at least its own delay d <= D ago: anything from the newest entry older than
-    # D to the newest one. Each daemon counts its own demand as OwnHistory says, with a fold
-    # window W >= D, and the shares they all compute at that moment sum to at most the quota:
-    # exactly for a kind with one limited dimension; for a kind split jointly, at most
-    # JOINT_OVERSHOOT times it (calculator._joint: views that hold different entries of a
-    # daemon see different message sizes and fill the budget differently; with budgets up to
-    # 2, hypothesis found excesses of 0.08-0.13 % in 3 000 examples of coupled groups, and
-    # in ~2 000 coupled examples each: at most 1.7 % with the budget capped at 1.1, 6.9 %
-    # with 2.0).
+def _views_in_force(group: ResourceGroup, everyone: list[str], data, entry) -> dict:
+    """Every daemon published a few entries at random times. A report takes at most D to
+    arrive (in order, none lost), so a peer holds, of each daemon, the newest entry
+    published at least its own delay d <= D ago: anything from the newest entry older than
+    D to the newest one. Each daemon counts its own demand as OwnHistory says, with a fold
+    window W >= D: the shares they all compute at that moment."""
     delay = data.draw(st.floats(0.0, 3.0), label="D")
     window = delay + data.draw(st.floats(0.0, 0.5), label="W - D")
     histories: dict[str, list[tuple[float, PeerUsage]]] = {}
     for m in everyone:
         times = sorted(data.draw(st.lists(st.floats(0.0, NOW), max_size=4), label=f"times {m}"))
-        histories[m] = [(t, data.draw(peer_usage(), label=f"entry {m}@{t}")) for t in times]
+        histories[m] = [(t, data.draw(entry, label=f"entry {m}@{t}")) for t in times]
 
     def held(m: str, by: str) -> PeerUsage | None:
         d = data.draw(st.floats(0.0, delay), label=f"delay {m}->{by}")
@@ -150,7 +146,47 @@ def test_shares_in_force_stay_under_the_quota_for_any_delivery_delay(group, ever
             usage[p] = histories[p][-1][1]
         previous = own.as_seen(group.name, NOW, window)
         shares[p] = compute_limits(group, usage, p, everyone, previous=previous)
-    _check_sums(group, shares, joint_slack=JOINT_OVERSHOOT)
+    return shares
+
+
+@settings(max_examples=300, deadline=None)
+@given(groups, st.lists(ids, min_size=1, max_size=6, unique=True), st.data())
+def test_shares_in_force_stay_under_the_quota_for_any_delivery_delay(group, everyone, data) -> None:
+    # The shares in force (_views_in_force) sum to at most the quota: exactly for a kind with
+    # one limited dimension; for a kind split jointly, at most JOINT_WORST_CASE times it
+    # (calculator._joint: views that hold different entries of a daemon see different message
+    # sizes and fill the budget differently; steered by hypothesis.target, these figures
+    # reached 1.1000 at a cap of 1.1 with messages of 1e-295 and 1e70 bytes).
+    shares = _views_in_force(group, everyone, data, peer_usage())
+    _check_sums(group, shares, joint_slack=JOINT_WORST_CASE)
+
+
+@st.composite
+def physical_usage(draw, size: float) -> PeerUsage:
+    """A report of one daemon sending messages of `size` bytes on publish (coupled groups)."""
+    demand = draw(st.one_of(st.just(0.0), st.floats(0.001, 1e6)), label="demand msg/s")
+    admitted = demand * draw(st.floats(0.0, 1.0), label="admitted fraction")
+    limit = draw(st.one_of(st.just(math.inf), st.floats(0.0, 1e6)), label="limit msg/s")
+    return PeerUsage(KindRates(admitted, admitted * size, demand - admitted, (demand - admitted) * size, limit,
+                               limit * size), KindRates(), draw(st.integers(0, 50), label="reports"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1.0, 1e9), st.floats(1.0, 1e9), st.lists(ids, min_size=2, max_size=6, unique=True), st.data())
+def test_joint_shares_in_force_with_sizes_brokers_send_stay_within_the_tolerated_overshoot(
+        msgs_quota, bytes_quota, everyone, data) -> None:
+    # As above, for a kind whose messages and bytes are both limited, every entry's messages of
+    # 1 B to 5 MiB, each entry its own size (a daemon's size changes arbitrarily between its
+    # reports): the shares in force stay within 10 % of each quota. hypothesis.target steers
+    # the search to the largest excess: 0.48 % (cap 1.5) and 0.47 % (cap 2) were the largest
+    # found in 4 000 examples each.
+    group = ResourceGroup("g", msgs_quota, bytes_quota, -1, -1)
+    size = st.floats(1.0, float(MAX_MESSAGE_BYTES))
+    shares = _views_in_force(group, everyone, data, size.flatmap(physical_usage))
+    for dim, q in enumerate(group.rates("publish")):
+        total = sum(limits["publish"][dim] for limits in shares.values())
+        target(total / q, label=f"sum / quota, dimension {dim}")
+        assert total <= q * JOINT_OVERSHOOT * (1 + EPS), (dim, q, total)
 
 
 # -- coupled limits: the joint allocation fills both quotas (judged by an LP, tests/lexmaxmin_lp.py) --

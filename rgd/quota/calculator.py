@@ -125,11 +125,18 @@ def dominant_inputs(
 
 
 # The joint allocation's budget of dominant shares (see `_joint`): at most JOINT_MAX_BUDGET.
-# Why 1.1: any budget C holds every dimension to C times its quota whatever the message
-# sizes, so daemons whose views differ (reports in flight) are held to no more than that
-# between them, while each view alone is held to the quota. 10 % is the overshoot the
-# issue tolerates; most coupled scenarios of the fuzz fill their quota within 1.1.
-JOINT_MAX_BUDGET = 1.1
+# Any budget C holds every dimension to C times its quota whatever the message sizes, so
+# daemons whose views differ (reports in flight) are held to no more than that between
+# them, while each view alone is held to the quota. That bound is reached only by sizes no
+# broker sends: hypothesis, steered to the largest excess (hypothesis.target), reached
+# 1.1000 at C = 1.1 with messages of 1e-295 and 1e70 bytes; with sizes of 1 B to 5 MiB
+# (Pulsar's maxMessageSize) changing arbitrarily between reports, at most 0.48 % at
+# C = 1.5 and 0.47 % at C = 2 in 4 000 examples each (tests/test_quota_properties.py
+# holds such sizes to 10 % over). Why 1.5 and not 1.1: a group whose fair split needs more
+# than the budget leaves part of a quota unused for good, and at 1.1 that was the largest
+# class of what the fuzz failed (coupled groups needing 1.15-1.4 dominant shares; see
+# sim/README.md for the figures); the worst-case bound stays finite, as no cap would not.
+JOINT_MAX_BUDGET = 1.5
 JOINT_SEARCH_STEPS = 8  # at most this many budgets tried between 1 and the demand
 JOINT_CLOSE_ENOUGH = 1e-3  # a budget that uses its quota to within 0.1 % ends the search
 
