@@ -74,7 +74,7 @@ class Event:
     leave: tuple[str, ...] = ()
     crash: tuple[str, ...] = ()
     groups: dict[str, Mapping[str, Any] | None] = field(default_factory=dict)
-    message_sizes: Sizes = field(default_factory=dict)
+    message_sizes: Sizes = field(default_factory=dict)  # from this event on (sim.engine.MessageSizes.update)
 
 
 @dataclass(frozen=True)
@@ -97,17 +97,7 @@ class Scenario:
     loss: float = 0.0
     delay: float = 0.0
     duplicate: float = 0.0
-    message_sizes: Sizes = field(default_factory=dict)
-
-    def size_of(self, group: str, daemon: str) -> int:
-        """Bytes per message that `daemon` sends in `group` at the start (message_sizes, else
-        message_bytes); events may change it (sim.engine.MessageSizes follows them)."""
-        per = self.message_sizes.get(group)
-        if per is None:
-            return self.message_bytes
-        if isinstance(per, dict):
-            return int(per.get(daemon, self.message_bytes))
-        return int(per)
+    message_sizes: Sizes = field(default_factory=dict)  # at the start: sim.engine.MessageSizes reads them
 
 
 def _fail(path: str, message: str) -> ScenarioError:

@@ -187,9 +187,11 @@ COUPLED = {
 
 
 def test_message_sizes_validate_and_default() -> None:
-    sc = parse(COUPLED)
-    assert sc.size_of("g", "a") == 4000 and sc.size_of("g", "zz") == 1000 and sc.size_of("h", "a") == 1000
-    assert parse({**MINIMAL, "message_sizes": {"g": 20}}).size_of("g", "b") == 20
+    from sim.engine import MessageSizes
+
+    sizes = MessageSizes(parse(COUPLED))
+    assert sizes.of("g", "a") == 4000 and sizes.of("g", "zz") == 1000 and sizes.of("h", "a") == 1000
+    assert MessageSizes(parse({**MINIMAL, "message_sizes": {"g": 20}})).of("g", "b") == 20
     assert _err({**MINIMAL, "message_sizes": {"g": 0}}).startswith("message_sizes.g: expected an integer in 1..")
     assert _err({**MINIMAL, "message_sizes": {"g": {"a": "big"}}}).startswith("message_sizes.g.a: expected an integer")
     assert _err({**MINIMAL, "message_sizes": [1]}).startswith("message_sizes: expected a mapping")
