@@ -98,6 +98,10 @@ class Change:
     tick: int  # when it happened
     observable: int  # first tick by which every daemon can know it
     label: str
+    # The dimensions ("group/kind") it touches; None: every one (a daemon came or went, or
+    # the run started). A group's ideal and every strategy's split of it depend on that group
+    # alone, so a change elsewhere does not end its windows (sim.metrics.evaluate).
+    dims: frozenset[str] | None = None
 
 
 @dataclass
@@ -223,6 +227,7 @@ class Simulation:
         where = f"events[{index}] (tick {ev.at})"
         observable = ev.at
         labels = []
+        touched: set[str] = set()
         if ev.groups:
             for name, body in ev.groups.items():
                 if body is None:
@@ -231,6 +236,7 @@ class Simulation:
                 if name not in self.groups:  # its demand is known from the first reports
                     observable = max(observable, ev.at + 1)
                 self.groups[name] = ResourceGroup.from_admin(name, body, base=self.groups.get(name))
+            touched.update(f"{name}/{kind}" for name in ev.groups for kind in KINDS)
             for node in self.nodes.values():
                 node.apply_config()
             labels.append("groups " + ",".join(sorted(ev.groups)))
@@ -249,10 +255,12 @@ class Simulation:
             for group, per in ev.demand.items():
                 for daemon, kinds in per.items():
                     self.demand.setdefault(group, {}).setdefault(daemon, {}).update(kinds)
+                    touched.update(f"{group}/{kind}" for kind in kinds)
             observable = max(observable, ev.at + 1)
         if ev.message_sizes:
             # Peers learn a new size from the first report of traffic in it, as a demand change.
             self.sizes.update(ev.message_sizes)
+            touched.update(f"{group}/{kind}" for group in ev.message_sizes for kind in KINDS)
             observable = max(observable, ev.at + 1)
         for what, ids in (("crash", ev.crash), ("leave", ev.leave), ("join", ev.join)):
             if ids:
@@ -261,7 +269,8 @@ class Simulation:
             labels.append("demand")
         if ev.message_sizes:
             labels.append("sizes " + ",".join(sorted(ev.message_sizes)))
-        return Change(ev.at, observable, "; ".join(labels))
+        members_changed = bool(ev.crash or ev.leave or ev.join)
+        return Change(ev.at, observable, "; ".join(labels), None if members_changed else frozenset(touched))
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -426,7 +435,8 @@ def _merge(changes: list[Change]) -> list[Change]:
             by_tick[c.tick] = c
         else:
             label = "; ".join(x for x in (old.label, c.label) if x)
-            by_tick[c.tick] = Change(c.tick, max(old.observable, c.observable), label)
+            dims = None if old.dims is None or c.dims is None else old.dims | c.dims
+            by_tick[c.tick] = Change(c.tick, max(old.observable, c.observable), label, dims)
     return [by_tick[t] for t in sorted(by_tick)]
 
 

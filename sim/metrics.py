@@ -14,7 +14,9 @@ the bytes quota. Definitions (all documented in the table's legend, sim/table.py
   (plus 0.5 % of that quota): min(quota, total demand) in one dimension;
 - a window runs from a change's observable tick (demand/join/leave: the next tick,
   when the first report of it has been published; a new group: the next tick too;
-  crash: the strategy's TTL later; a quota change: at once) to the next change. Ticks between a change and its
+  crash: the strategy's TTL later; a quota change: at once) to the next change that
+  touches its dimension (its group's quota, demand or message sizes, or a daemon coming
+  or going: `touching`). Ticks between a change and its
   observable tick count for overshoot but not for convergence;
 - ticks to converge: m - observable, where m is the first tick of the window that
   starts HOLD (3) converged ticks in a row (or runs converged to the window's end);
@@ -229,6 +231,16 @@ def _moved(series: Sequence[DimensionTick | None], change: Change, after_tick: D
                for i in after.ids)
 
 
+def touching(changes: Sequence[Change], dimension: str) -> list[Change]:
+    """The changes that bound `dimension`'s windows: those that touch it (its group's quota,
+    demand or message sizes, or a daemon coming or going). Why not every change: one in
+    another group moves neither this group's ideal nor any strategy's split of it, and
+    ending the window there made one-tick windows whose whole-message noise read as a
+    window's utilization (fuzz seed 1, case 375: g04/publish 0.911 in a tick after g05's
+    sizes changed). It also left changes they cut short out of convergence."""
+    return [c for c in changes if c.dims is None or dimension in c.dims]
+
+
 def evaluate(result: RunResult) -> Metrics:
     windows: list[WindowMetrics] = []
     worst = 0.0
@@ -249,8 +261,9 @@ def evaluate(result: RunResult) -> Metrics:
                 worst, worst_at = tick_worst, f"{dim} tick {k} ({what})"
             measured += 1
             over += any(u > q * (1 + OVER_GRACE) for u, q in dims)
-        for i, change in enumerate(result.changes):
-            end = result.changes[i + 1].tick if i + 1 < len(result.changes) else result.ticks
+        changes = touching(result.changes, dim)
+        for i, change in enumerate(changes):
+            end = changes[i + 1].tick if i + 1 < len(changes) else result.ticks
             w = window_metrics(dim, series, change, end)
             if w is not None:
                 windows.append(w)
@@ -273,4 +286,5 @@ def evaluate(result: RunResult) -> Metrics:
 
 
 __all__ = ["BUDGET", "HOLD", "OVER_GRACE", "SLACK", "TOLERANCE", "Judged", "Metrics", "WindowMetrics", "binding",
-           "converged", "evaluate", "ideal", "jain", "judge", "usage_and_quota", "utilization", "window_metrics"]
+           "converged", "evaluate", "ideal", "jain", "judge", "touching", "usage_and_quota", "utilization",
+           "window_metrics"]

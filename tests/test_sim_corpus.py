@@ -89,6 +89,12 @@ announcement): windows at >= 95 % 0.986 -> 0.995, the worst window's utilization
 change; doorman-fair 0.977 -> 0.981, as the second announcement serves every strategy), the
 worst overshoot 5.2 % -> 7.0 % (case 20); within 5 and Jain unchanged. On the 500 scenarios
 (rgd): windows under 95 % 125 -> 75, changes over 5 ticks 64 -> 52, failing cases 92 -> 70.
+Re-judged (rgd unchanged) when a change came to end the windows of the dimensions it touches
+only (sim.metrics.touching: its group's quota, demand or sizes, or a daemon coming or going),
+not every dimension's: the worst window's utilization 0.8995 -> 0.921 (case 9's one-tick
+window after another group's sizes changed is gone), windows at >= 95 % 0.989 -> 0.9885, Jain
+min 0.996 -> 0.997; within 3 ticks 0.989 -> 0.984 (253 of 257) and within 5 0.996 -> 0.992,
+since changes that an unrelated one used to cut short now count, and some converge late.
 """
 
 from __future__ import annotations
@@ -154,21 +160,19 @@ def test_rgd_floors_on_the_corpus() -> None:
     # are averaged over their converged part, not their last half, so their utilization
     # counts among the converged windows: 0.991 -> 0.988 of them at >= 0.95.
     assert min(jains) >= 0.99, figures  # the target, in every window: measured 0.993
-    # Since the fuzz changes message sizes mid-run (11 of these 30 scenarios), every such event
-    # also ends a window of every other dimension: case 9's g02/publish has a one-tick window
-    # at 90 % (16 % loss) that a longer one averaged before, so the utilization floors went
-    # down a little while convergence went up (the joint budget of 1.5: 0.977 -> 0.989 within
-    # 3 ticks, 0.985 -> 0.996 within 5).
-    assert min(utils) >= 0.89, figures  # target 0.95 in every window: measured min 0.8995 ...
-    assert util_ok >= 0.985, figures  # ... and 0.989 of windows at >= 0.95
-    assert within3 >= 0.985, figures  # target 0.95 of changes: measured 0.989 (0.958 before the joint budget)
-    assert within5 >= 0.99, figures  # target: all of them; measured 0.996 (0.977 before)
+    # The joint budget of 1.5 took convergence up (0.977 -> 0.989 within 3 ticks, 0.985 -> 0.996
+    # within 5); windows bounded by the changes that touch their dimension only took it back
+    # down a little (changes an unrelated one cut short now count) and the worst window up.
+    assert min(utils) >= 0.915, figures  # target 0.95 in every window: measured min 0.921 ...
+    assert util_ok >= 0.985, figures  # ... and 0.9885 of windows at >= 0.95
+    assert within3 >= 0.98, figures  # target 0.95 of changes: measured 0.984 (0.958 before the joint budget)
+    assert within5 >= 0.99, figures  # target: all of them; measured 0.992 (0.977 before)
     assert calm == 1.0, figures  # target: every scenario; measured 30 of 30
     assert worst <= 10.0, figures  # the target; measured 7.0 % (case 20)
 
 
 @pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: "
-                   "windows >= 95 % utilization 0.989 (all), changes within 5 ticks 0.996 (all)")
+                   "windows >= 95 % utilization 0.9885 (all), changes within 5 ticks 0.992 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)
@@ -177,8 +181,8 @@ def test_rgd_meets_the_targets_on_the_corpus() -> None:
     assert all(t <= 5 for t in strict)
 
 
-@pytest.mark.xfail(strict=True, reason="doorman-fair converges within 3 ticks in 274 of the corpus's 277 changes "
-                   "(0.9892), rgd in 273 of 276 (0.9891), though rgd's worst is 6 ticks and doorman-fair's never "
+@pytest.mark.xfail(strict=True, reason="doorman-fair converges within 3 ticks in 254 of the corpus's 257 changes "
+                   "(0.988), rgd in 253 (0.984), though rgd's worst is 7 ticks and doorman-fair's never "
                    "(on the 500 scenarios of the fuzz rgd converges best)")
 def test_no_other_strategy_converges_better_on_the_corpus() -> None:
     """Passed for one commit (small shares' windows capped at the larger of 1.1 s of the rate

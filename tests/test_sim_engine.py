@@ -212,6 +212,23 @@ def test_an_event_changes_message_sizes_from_its_tick() -> None:
     assert _err(bad).startswith("events[0].message_sizes.g.a: expected an integer in 1..")
 
 
+def test_a_change_ends_the_windows_of_the_dimensions_it_touches_only() -> None:
+    doc = {"ticks": 12, "daemons": ["a", "b"],
+           "groups": {"g": {"publishRateInMsgs": 100}, "h": {"publishRateInMsgs": 100}},
+           "demand": {"g": {"a": 80, "b": 40}, "h": {"a": 30, "b": 30}},
+           "events": [{"at": 3, "demand": {"h": {"a": {"publish": 90}}}},
+                      {"at": 5, "groups": {"h": {"publishRateInMsgs": 50}}},
+                      {"at": 7, "message_sizes": {"h": 2000}},
+                      {"at": 9, "join": ["c"]}]}
+    m = evaluate(run(parse(doc), "rgd"))
+    starts = {dim: [w.change for w in m.windows if w.dimension == dim] for dim in ("g/publish", "h/publish")}
+    # h's demand, quota and sizes are not g's: g's windows run from the start to the join.
+    assert starts["g/publish"] == ["start", "join c"]
+    assert starts["h/publish"] == ["start", "demand", "groups h", "sizes h", "join c"]
+    first_g = next(w for w in m.windows if w.dimension == "g/publish")
+    assert (first_g.observable, first_g.end) == (1, 9)
+
+
 def test_coupled_limits_are_recorded_and_judged_jointly() -> None:
     from sim.metrics import binding, judge, utilization
 
