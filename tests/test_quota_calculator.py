@@ -144,3 +144,20 @@ def test_coupled_limits_fill_the_bytes_quota_that_message_bound_daemons_leave() 
     assert got["d03"] == pytest.approx(397, rel=0.01)
     assert got["d07"] == pytest.approx(173, rel=0.01)
     assert sum(got[d] * s for d, s in sizes.items()) <= 10_320_000 * (1 + 1e-9)
+
+
+def test_a_slow_daemon_whose_bytes_bind_gets_a_message_of_its_own_size_as_headroom() -> None:
+    # Fuzz case 1-398, g02/publish: 188.7 msg/s and 15.73 kB/s, twelve daemons offered 1.8 msg/s
+    # each in messages of 75-955 bytes, a quarter of the bytes quota used. A demand of a few
+    # messages a second is counted to one message, so whoever counted 1 in its last second gets
+    # headroom of at least one more. d08's messages are 955 bytes: counted in messages only, that
+    # headroom was 0.09 of a message (1 msg/s is 0.5 % of the messages quota, 955 B/s 6 % of the
+    # bytes), d08 was held to 1.34 msg/s and its second message in a tick was denied.
+    g = ResourceGroup("g", publish_msgs=188.7, publish_bytes=15_730, dispatch_msgs=-1, dispatch_bytes=-1)
+    sizes = {"d05": 125, "d07": 365, "d08": 955, "d10": 135, "d11": 75, "d12": 106, "d14": 280, "d15": 364,
+             "d16": 191, "d18": 111, "d22": 196, "d23": 110}
+    counted = {d: 1.0 if d == "d08" else 2.0 for d in sizes}
+    usage = {d: PeerUsage(KindRates(counted[d], counted[d] * s, 0.0, 0.0, 3.0, 3.0 * s)) for d, s in sizes.items()}
+    got = allocate_group(g, usage, set(sizes))
+    assert got["d08"]["publish"][0] >= 2.0
+    assert sum(got[d]["publish"][1] for d in sizes) <= 15_730 * (1 + 1e-9)
