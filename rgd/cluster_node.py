@@ -1091,8 +1091,9 @@ class ClusterNode:
         # load: a daemon rising from 36 to 100 msg/s fell back to 79 for a quarter second).
         # The tick report still carries them (they are the usage logs' accounting), and a
         # restatement right after it says the current (window) demand again: peers fold it
-        # last, and it is a second chance for peers that lost the early report. A group whose bucket appeared within this tick (its counts
-        # cover part of the tick) is restated too once the window measures it.
+        # last, and it is a second chance for peers that lost the early report. A group whose
+        # bucket appeared within this tick (its counts cover part of the tick) is restated too
+        # once the window measures it.
         tolerance = self.config.suppression.tolerance
         born = {g for (g, _), at in self._born.items() if now - at < tick_s - 1e-9}
         restate = [n for n in send if n in self._window_entries and any(self._window_figures[n])

@@ -137,10 +137,11 @@ def _dominant_granule(k: KindRates, msgs_quota: float, bytes_quota: float, param
     larger), which `_granule` avoids in the bytes dimension; here it only sizes headroom
     water-filled over spare, within the joint budget's bound across views
     (tests/test_quota_properties.py checks both bounds with it)."""
-    if k.demand_messages <= 0:
+    messages = _granule(k, "messages", params)  # one message per window, in messages/s (0: no demand)
+    if not messages:
         return 0.0
     per_message = k.demand_bytes / k.demand_messages
-    return max(1.0 / msgs_quota, per_message / bytes_quota) / params.counting_window
+    return messages * max(1.0 / msgs_quota, per_message / bytes_quota)
 
 
 # The joint allocation's budget of dominant shares (see `_joint`): at most JOINT_MAX_BUDGET.
