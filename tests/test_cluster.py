@@ -88,22 +88,28 @@ def test_fourth_daemon_joining_never_overshoots(cluster):
     t0 = time.monotonic()
 
     async def scenario():
-        base = asyncio.create_task(run_streams(streams(cluster, DEMANDS), 16, t0))
+        base = asyncio.create_task(run_streams(streams(cluster, DEMANDS), 18, t0))
         await asyncio.sleep(6)
         await asyncio.to_thread(cluster.start, "d4", False)
         join = time.monotonic() - t0
-        late = asyncio.create_task(run_streams(streams(cluster, {"d4": 100.0}), 16 - join, t0))
+        late = asyncio.create_task(run_streams(streams(cluster, {"d4": 100.0}), 18 - join, t0))
         return await base, await late, join
 
     base, late, join = asyncio.run(scenario())
     stats = dict(zip(DEMANDS, base))
-    stats["d4"] = late[0]
-    seconds = per_second(stats, range(2, 15))
+    d4 = stats["d4"] = late[0]
+    seconds = per_second(stats, range(2, 17))
+    window = range(int(join) + 6, 17)
     print(f"\njoin at {join:.1f}s; per-second cluster admission from 2 s: {seconds}; "
-          f"worst overshoot {100 * (max(seconds) / QUOTA - 1):.1f} %")
+          f"worst overshoot {100 * (max(seconds) / QUOTA - 1):.1f} %; d4 admitted/offered from second "
+          f"{window.start}: {[(d4.admitted.get(s, 0), d4.offered.get(s, 0)) for s in window]}")
     assert max(seconds) <= 1.10 * QUOTA
-    # And the newcomer gets its fair share: water-fill of 240/90/30/100 at 300 -> 90/90/30/90.
-    assert late[0].admitted_between(int(join) + 6, 15) / (15 - int(join) - 6) == pytest.approx(90, rel=0.15)
+    # And the newcomer gets its fair share: water-fill of 240/90/30/100 at 300 -> 90/90/30/90. Judged in
+    # the seconds in which the load generator offered d4's 100 msg/s: on a loaded CI machine it once fell
+    # behind in a second (offered less, so the cluster admitted 233), and that says nothing of the share.
+    full = [s for s in window if d4.offered.get(s, 0) >= 95]
+    assert len(full) >= 3, f"the load generator fell behind in most seconds: {dict(d4.offered)}"
+    assert sum(d4.admitted.get(s, 0) for s in full) / len(full) == pytest.approx(90, rel=0.15)
 
 
 @pytest.mark.parametrize("how, budget_ticks", [("kill", 3 + 2), ("term", 2)])
