@@ -21,6 +21,7 @@ from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
 from rgd.groups import KINDS, ResourceGroup
 from rgd.second_window import WINDOW_SECONDS, SecondWindow
 from rgd.token_bucket import DEFAULT_BURST_SECONDS, INF, TokenBucket
+from rgd.window_turns import Turns, turns_for
 
 # Reasons a request was throttled (metric label `reason`).
 REASON_MESSAGES = "message_rate"  # the message bucket of this daemon's share was short
@@ -61,6 +62,23 @@ def window_cap(burst_seconds: float, rate: float, unit: float) -> float:
     if bucket_seconds(burst_seconds, rate, unit) <= burst_seconds:
         return INF
     return max(rate * (WINDOW_SECONDS + burst_seconds), rate * WINDOW_SECONDS + unit)
+
+
+class Place(NamedTuple):
+    """Where this daemon stands among a group's members (sorted by id): whose turn it is
+    to admit one message over its share in a second (rgd.window_turns)."""
+
+    rank: int
+    members: int
+
+
+def window_turns(burst_seconds: float, rate: float, unit: float, quota: float, place: Place | None,
+                 wall_offset: float) -> Turns | None:
+    """The turns a windowed bucket's cap takes (None: the fixed `window_cap`): for a member
+    whose place in the group is known, in a limited dimension with a known message."""
+    if place is None or rate == INF or quota <= 0 or quota == INF or unit <= 0:
+        return None
+    return turns_for(rate, unit, burst_seconds, quota, place.rank, place.members, wall_offset)
 
 
 def largest_bucket_seconds(burst_seconds: float) -> float:
@@ -169,6 +187,7 @@ class KindState:
     throttled_events: dict[str, int] | None = None
     namespaces: set[str] = field(default_factory=set)
     topics: set[str] | None = None
+    place: "Place | None" = None  # where set_limit last put us among the group's members
 
     @property
     def limit(self) -> tuple[float, float]:
@@ -193,8 +212,12 @@ class Limiter:
         max_debt_seconds: float = 10.0,
         initial_limits: InitialLimits = full_quota,
         start_seconds: float | None = None,
+        wall_offset: float = 0.0,
     ) -> None:
         self.clock = clock
+        # Wall-clock seconds minus `clock` seconds: windows take turns by wall-clock second,
+        # the same second at every daemon (rgd.window_turns).
+        self.wall_offset = wall_offset
         self.burst_seconds = burst_seconds
         # A new (group, kind) starts with this many seconds of its limit in the bucket
         # (None: a full bucket). Every daemon that starts a group's bucket full can spend
@@ -244,8 +267,11 @@ class Limiter:
         counted, self.counted = self.counted, set()
         return counted or set()
 
-    def set_limit(self, group: ResourceGroup, kind: str, messages: float, nbytes: float) -> None:
-        """Apply a new local limit (INF = unlimited) without losing bucket state."""
+    def set_limit(self, group: ResourceGroup, kind: str, messages: float, nbytes: float,
+                  place: Place | None = None) -> None:
+        """Apply a new local limit (INF = unlimited) without losing bucket state. `place`:
+        where we stand among the group's members, for the windows to take turns (None: a
+        window's cap is the rate plus one message, as for a daemon without peers)."""
         now = self.clock()
         st = self.state(group, kind, now)
         if st.messages.rate != messages or st.bytes.rate != nbytes:
@@ -261,10 +287,17 @@ class Limiter:
         # A bucket of `burst` has no window (window_cap is INF): only one the floor made
         # larger, or one that had a window to drop, is looked at. A recompute sets every
         # limit, and at PIP-82's scale most of them are large shares.
-        if mb.burst_seconds > burst or mb.window is not None:
-            mb.cap_window(window_cap(burst, messages, 1.0))
-        if bb.burst_seconds > burst or bb.window is not None:
-            bb.cap_window(window_cap(burst, nbytes, mean_bytes))
+        st.place = place
+        windowed_m = mb.burst_seconds > burst or mb.window is not None
+        windowed_b = bb.burst_seconds > burst or bb.window is not None
+        if windowed_m or windowed_b:
+            quota_m, quota_b = (rate_of(q) for q in group.rates(kind))
+            if windowed_m:
+                mb.cap_window(window_cap(burst, messages, 1.0),
+                              window_turns(burst, messages, 1.0, quota_m, place, self.wall_offset), now)
+            if windowed_b:
+                bb.cap_window(window_cap(burst, nbytes, mean_bytes),
+                              window_turns(burst, nbytes, mean_bytes, quota_b, place, self.wall_offset), now)
         st.messages.set_rate(messages, now)
         st.bytes.set_rate(nbytes, now)
 
@@ -337,10 +370,15 @@ class Limiter:
         tick.events += 1
         if topic is not None:
             _add_topic(st, topic)
-        # SecondWindow.fits with its common case (fits before expiring) inlined.
+        # SecondWindow.fits with its common case (fits before expiring, within the second's
+        # turn: a window without turns has an infinite turn cap and second) inlined.
         if (short_m == 0.0 and short_b == 0.0
-                and (win_m is None or win_m.total + messages <= win_m.cap or win_m.fits(messages, now))
-                and (win_b is None or win_b.total + nbytes <= win_b.cap or win_b.fits(nbytes, now))):
+                and (win_m is None or (win_m.total + messages <= win_m.cap and now < win_m.until
+                                       and win_m.in_turn + messages <= win_m.turn_cap)
+                     or win_m.fits(messages, now))
+                and (win_b is None or (win_b.total + nbytes <= win_b.cap and now < win_b.until
+                                       and win_b.in_turn + nbytes <= win_b.turn_cap)
+                     or win_b.fits(nbytes, now))):
             if mb.rate != INF:
                 mb.tokens -= messages
             if bb.rate != INF:

@@ -34,7 +34,8 @@ from typing import Callable, Iterable, Mapping, NamedTuple
 
 from rgd.groups import KINDS, ResourceGroup
 from rgd.limiter import (
-    DRAIN_KEEP_SECONDS, AskLike, BatchOutcome, Decision, InitialLimits, KindState, Limiter, add_topics, full_quota,
+    DRAIN_KEEP_SECONDS, AskLike, BatchOutcome, Decision, InitialLimits, KindState, Limiter, Place, add_topics,
+    full_quota,
 )
 from rgd.token_bucket import DEFAULT_BURST_SECONDS, INF
 
@@ -56,7 +57,7 @@ class KindCounts(NamedTuple):
 
 
 # Operations the cluster process sends the serving one, in order:
-#   ("limit", group, kind, messages, bytes)   Limiter.set_limit
+#   ("limit", group, kind, messages, bytes, place)   Limiter.set_limit (place: (rank, members) or None)
 #   ("drain", group, kind, messages?, bytes?, keep_seconds)   Limiter.drain
 #   ("forget", group)   Limiter.forget
 #   ("recompute_at", when)   Limiter.recompute_at (CLOCK_MONOTONIC is one clock for both)
@@ -69,8 +70,8 @@ class ServingLimiter(Limiter):
     last hand-over of every (group, kind) an ask or usage record touched."""
 
     def __init__(self, clock: Callable[[], float], burst_seconds: float = DEFAULT_BURST_SECONDS,
-                 max_debt_seconds: float = 10.0, start_seconds: float | None = None) -> None:
-        super().__init__(clock, burst_seconds, max_debt_seconds, self._provisional, start_seconds)
+                 max_debt_seconds: float = 10.0, start_seconds: float | None = None, wall_offset: float = 0.0) -> None:
+        super().__init__(clock, burst_seconds, max_debt_seconds, self._provisional, start_seconds, wall_offset)
         # Nothing until the cluster process sends its node's share (it does before it is
         # ready, so no broker asks before): any guess here could be beside peers' shares.
         self.initial_fraction = 0.0
@@ -155,8 +156,9 @@ class ServingLimiter(Limiter):
             if what == "limit":
                 group = groups.get(op[1])
                 st = self.states.get((op[1], op[2]))
-                if group is not None and (st is None or st.limit != (op[3], op[4])):
-                    self.set_limit(group, op[2], op[3], op[4])
+                place = None if op[5] is None else Place(*op[5])
+                if group is not None and (st is None or st.limit != (op[3], op[4]) or st.place != place):
+                    self.set_limit(group, op[2], op[3], op[4], place)
             elif what == "drain":
                 group = groups.get(op[1])
                 if group is not None:
@@ -177,12 +179,12 @@ class MirrorLimiter(Limiter):
 
     def __init__(self, clock: Callable[[], float], burst_seconds: float = DEFAULT_BURST_SECONDS,
                  max_debt_seconds: float = 10.0, initial_limits: InitialLimits = full_quota,
-                 start_seconds: float | None = None) -> None:
+                 start_seconds: float | None = None, wall_offset: float = 0.0) -> None:
         self._ops: list[Op] = []
         self._recompute_at = INF
         # Called with no arguments whenever an operation is recorded (the link wakes its sender).
         self.on_op: Callable[[], None] = _nothing
-        super().__init__(clock, burst_seconds, max_debt_seconds, initial_limits, start_seconds)
+        super().__init__(clock, burst_seconds, max_debt_seconds, initial_limits, start_seconds, wall_offset)
 
     def _record(self, op: Op) -> None:
         self._ops.append(op)
@@ -205,19 +207,21 @@ class MirrorLimiter(Limiter):
         """A bucket's rates alone (`MirrorRate`): nothing asks the mirror for tokens. The
         serving process started it provisionally: the node's limit replaces that."""
         msgs, nbytes = self.initial_limits(group, kind)
-        self._record(("limit", group.name, kind, msgs, nbytes))
+        self._record(("limit", group.name, kind, msgs, nbytes, None))
         return KindState(MirrorRate(msgs), MirrorRate(nbytes))  # type: ignore[arg-type]  # rates are all it reads
 
-    def set_limit(self, group: ResourceGroup, kind: str, messages: float, nbytes: float) -> None:
+    def set_limit(self, group: ResourceGroup, kind: str, messages: float, nbytes: float,
+                  place: Place | None = None) -> None:
         st = self.states.get((group.name, kind))
-        before = st.limit if st is not None else None
+        before = (st.limit, st.place) if st is not None else None
         st = self.state(group, kind)
         if st.limit != (messages, nbytes):
             self.limit_changes += 1
             st.messages.rate = messages
             st.bytes.rate = nbytes
-        if before != (messages, nbytes):  # a recompute sets every limit; most stay as they were
-            self._record(("limit", group.name, kind, messages, nbytes))
+        st.place = place
+        if before != ((messages, nbytes), place):  # a recompute sets every limit; most stay as they were
+            self._record(("limit", group.name, kind, messages, nbytes, None if place is None else tuple(place)))
 
     def drain(self, group: ResourceGroup, kind: str, messages: bool = True, nbytes: bool = True,
               keep_seconds: float = DRAIN_KEEP_SECONDS) -> None:

@@ -195,7 +195,8 @@ class ServingProcess:
         # topic included) replace them as soon as it sends them, before it is ready.
         self.config = _GroupsInForce(store)
         self.limiter = ServingLimiter(time.monotonic, settings.burst, settings.max_debt,
-                                      start_seconds=start_seconds_for(settings.strategy))
+                                      start_seconds=start_seconds_for(settings.strategy),
+                                      wall_offset=time.time() - time.monotonic())
         self.listeners = HttpListeners()
         self.figures = ServingFigures(self.listeners, settings.http_max_connections)
         self.failed: str | None = None  # why the cluster process stopped under us

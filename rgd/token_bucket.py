@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from rgd.second_window import SecondWindow
+from rgd.window_turns import Turns
 
 INF = math.inf
 
@@ -106,16 +107,17 @@ class TokenBucket:
         if self.window is not None:
             self.window.add(n, now)
 
-    def cap_window(self, cap: float) -> None:
-        """Cap what the bucket admits in any 1-second window at `cap` (INF: no cap). What it
-        admitted in the last second is kept across a change of the cap, so a cut applies
-        to the window it lands in."""
+    def cap_window(self, cap: float, turns: Turns | None = None, now: float = 0.0) -> None:
+        """Cap what the bucket admits in any 1-second window at `cap` (INF: no cap), and in
+        each wall-clock second by `turns` where given (rgd.window_turns). What it admitted in
+        the last second is kept across a change of the cap, so a cut applies to the window
+        it lands in."""
         if cap == INF:
             self.window = None
         elif self.window is None:
-            self.window = SecondWindow(cap)
+            self.window = SecondWindow(cap, turns, now)
         else:
-            self.window.cap = cap
+            self.window.take_turns(turns, cap, now)
 
     def drain(self, now: float, keep_seconds: float) -> None:
         """Keep at most `keep_seconds` of the rate of the tokens saved so far (debt is kept):

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rgd.groups import ResourceGroup
-from rgd.limiter import Limiter, full_quota
+from rgd.limiter import Limiter, Place, full_quota
 from rgd.limiter_link import KindCounts, MirrorLimiter, ServingLimiter, initial_fraction
 from rgd.token_bucket import INF
 
@@ -55,7 +55,8 @@ step = st.one_of(
               st.integers(0, 9000), st.just("t/z"), st.just(None)),
     st.tuples(st.just("wait"), st.floats(0.0, 0.5)),
     st.tuples(st.just("limit"), st.sampled_from([("a", "publish"), ("b", "publish"), ("b", "dispatch")]),
-              st.floats(0.0, 80.0), st.sampled_from([INF, 5000.0, 40_000.0])),
+              st.floats(0.0, 80.0), st.sampled_from([INF, 5000.0, 40_000.0]),
+              st.sampled_from([None, Place(0, 1), Place(0, 3), Place(2, 3)])),
     st.tuples(st.just("drain"), st.sampled_from([("a", "publish"), ("b", "publish")]), st.booleans(), st.booleans()),
     st.tuples(st.just("collect"),),
     st.tuples(st.just("hand_over"),),
@@ -92,12 +93,12 @@ def test_a_limiter_split_over_two_processes_decides_and_counts_as_one(steps: lis
         elif what == "wait":
             clock.now += s[1]
         elif what == "limit":
-            (g, kind), m, b = s[1:]
+            (g, kind), m, b, place = s[1:]
             st_plain = plain.states.get((g, kind))
-            if st_plain is None or st_plain.limit != (m, b):  # unchanged limits are not sent (module doc)
-                plain.set_limit(GROUPS[g], kind, m, b)
+            if st_plain is None or (st_plain.limit, st_plain.place) != ((m, b), place):  # unchanged: not sent
+                plain.set_limit(GROUPS[g], kind, m, b, place)
             _hand_over(serving, mirror)  # the node sets limits on its own state, counts folded first
-            mirror.set_limit(GROUPS[g], kind, m, b)
+            mirror.set_limit(GROUPS[g], kind, m, b, place)
             serving.apply(mirror.take_ops(), GROUPS)
         elif what == "drain":
             (g, kind), dm, db = s[1:]
@@ -190,7 +191,7 @@ def test_the_mirror_sends_a_limit_only_when_it_changes_and_drops_counts_of_delet
 
 def test_operations_for_groups_the_serving_side_does_not_know_are_skipped_and_unknown_ones_refused() -> None:
     serving = ServingLimiter(Clock())
-    serving.apply([("limit", "nope", "publish", 1.0, 1.0), ("drain", "nope", "publish", True, True, 0.1)], GROUPS)
+    serving.apply([("limit", "nope", "publish", 1.0, 1.0, None), ("drain", "nope", "publish", True, True, 0.1)], GROUPS)
     assert serving.states == {}
     with pytest.raises(ValueError, match="unknown operation 'bogus'"):
         serving.apply([("bogus",)], GROUPS)
