@@ -27,10 +27,13 @@ plus one react interval (rgd/own_history.py, rgd/delivery_delay.py).
 Start-up: we take only the floor until we are `settled`: we have heard the topic
 for a tick plus the measured delivery delay (our own reports come back on the
 topic, so a lone daemon measures it too), so every live peer's report has had
-time to reach us; only then does "nobody has reported" mean we are alone. A
-same-id restart (`Resume`) settles as soon as every peer its predecessor knew
-has spoken again, and counts its own demand as peers still hold it from the
-predecessor, so it resumes near its old share instead of from the floor.
+time to reach us; only then does "nobody has reported" mean we are alone. For a
+round trip after our first report, a peer we have no complete report of (one naming
+all its groups) counts as busy in every group it has no entry for: its tick reports
+suppress groups that barely moved, and its announcement of us is still on its way
+(`announcement_claims`). A same-id restart (`Resume`) settles as soon as every peer
+its predecessor knew has spoken again, and counts its own demand as peers still hold
+it from the predecessor, so it resumes near its old share instead of from the floor.
 
 A group's first demand: until anyone reports demand for a group every member takes
 quota / members; from the first report on, each member keeps that claim until it
@@ -597,6 +600,8 @@ class ClusterNode:
         self._heard: set[str] = set()  # peers whose reports we folded since we started
         self._members_reported = 0  # the most members a peer's report counted while we settle
         self._started_ms = wall_ms(clock())  # see knew_us
+        self._first_out_ms: int | None = None  # when our first report went out (see answered_us)
+        self._complete: set[str] = set()  # peers we folded a report naming all their groups from
         self._resume_members: set[str] = set()
         self._resumed: set[str] = set()  # groups whose own entry is still the predecessor's
         self._hello_due = resume is not None
@@ -704,6 +709,8 @@ class ClusterNode:
         """After each report of ours: peers fold our new incarnation's first report by
         dropping the predecessor's entries for groups it does not name, so from then on
         they hold nothing of ours there."""
+        if self._first_out_ms is None:
+            self._first_out_ms = report.publish_time_ms
         if not self._resumed:
             return
         named = {g.group for g in report.groups}
@@ -783,6 +790,42 @@ class ClusterNode:
         if not self.settled(now):
             return True
         return now - self._settled_at < self.config.tick_seconds + self.delay.seconds()
+
+    def awaiting_announcements(self, now: float) -> bool:
+        """Whether peers' announcements of our first report may still be on their way:
+        less than a round trip (two delivery delays and a react interval) since it went
+        out. Settling waits a tick plus one delay from when we started hearing, which is
+        enough for reports peers publish each tick, but a busy peer's tick report leaves
+        out the groups whose usage barely moved (suppression): those come in the full
+        announcement it publishes when it folds our first report, a round trip after we
+        sent it. Under a 2-tick delay a newcomer settled a tick before the announcements
+        came back, saw no demand but its own in a busy group and took 60 of a 114 msg/s
+        quota beside three peers that already held their shares (fuzz case 382 of seed 1:
+        20.4 % over; case 227 likewise, 11.4 %)."""
+        if self._first_out_ms is None or not self.config.announce:
+            return False
+        round_trip = 2.0 * self.delay.seconds() + self.config.react_seconds
+        return self.wall_ms(now) < self._first_out_ms + 1000.0 * round_trip
+
+    def announcement_claims(self, group: ResourceGroup, usage: Mapping[str, PeerUsage],
+                            members: frozenset[str]) -> Mapping[str, PeerUsage]:
+        """`usage` with every member we have no complete report of (one that names all its
+        groups, `UsageReport.complete`, or any published after it could have folded our
+        first report, see answered_us: its announcement or later) and that has no entry for
+        `group` counted as wanting the whole quota there: it may be busy in a
+        group its tick reports suppress. Peers that have folded our report reserve our fair
+        share of the true demands, and raising others' demand never raises ours in a
+        max-min split, so what we take beside these claims is at most that share. A member
+        that holds an entry counts with it; one that is idle there costs us only until its
+        announcement (or the round trip) is over."""
+        unknown = [m for m in members if m != self.node_id and m not in self._complete and m not in usage]
+        if not unknown:
+            return usage
+        claim = self.claim_of(group, 1)
+        view = dict(usage)
+        for m in unknown:
+            view[m] = claim
+        return view
 
     def fold_window(self) -> float:
         """How long after publishing a report every peer has it in force: the measured
@@ -880,6 +923,8 @@ class ClusterNode:
         previous = self.history.as_seen(group.name, now, self.fold_window())
         if group.name in self._new_groups and self.config.strategy in PEER_VIEW_STRATEGIES:
             usage, previous = self.unreported_claims(group, usage, previous, now)
+        if settled and self.config.strategy in PEER_VIEW_STRATEGIES and self.awaiting_announcements(now):
+            usage = self.announcement_claims(group, usage, members)
         return CalculatorCall(group, usage, self.node_id, members, self.config.strategy,
                               self.config.params, previous, settled)
 
@@ -1134,6 +1179,7 @@ class ClusterNode:
         # a bucket born within the tick (its counts cover part of it) would read as a drop of
         # demand and cut our share for a fold window.
         self._include(report, list(send), now, skip=set(restate))
+        report.complete = not suppressed and report.sequence not in self.continuations
         restated = self._restate(restate, now)
         self._sent_this_tick = set(send)
         self._restated_this_tick = set(restate)
@@ -1237,6 +1283,8 @@ class ClusterNode:
         else:
             self._had_peers = True
             knew_us = self.knew_us(report, now)
+            if report.complete or self.answered_us(report, now):
+                self._complete.add(report.daemon_id)
             if not self._settled and report.members:
                 # A report published before the peer could have folded our first one
                 # cannot count us: the members it says, and we.
@@ -1277,8 +1325,19 @@ class ClusterNode:
         suppressed groups, the restarted daemon saw nobody's demand in a group and took the
         even split while the peer, alone since our graceful leave, held the whole quota
         (fuzz case 122 of seed 1: 49 % over the quota for a tick)."""
+        return self._published_after(report, self._started_ms, now)
+
+    def answered_us(self, report: UsageReport, now: float) -> bool:
+        """Whether a peer's report was published after that peer could have folded our first
+        report as it actually went out (not our start, as `knew_us` assumes for a hello):
+        the peer's announcement of us, or later."""
+        return self._first_out_ms is not None and self._published_after(report, self._first_out_ms, now)
+
+    def _published_after(self, report: UsageReport, ours_ms: int, now: float) -> bool:
+        """Published after the peer could have folded a report of ours published at
+        `ours_ms`: it took about as long to reach the peer as this one took to reach us."""
         delay_ms = max(0, self.wall_ms(now) - report.publish_time_ms)
-        return report.publish_time_ms >= self._started_ms + delay_ms - 1  # 1 ms: rounding
+        return report.publish_time_ms >= ours_ms + delay_ms - 1  # 1 ms: rounding
 
     def _published_while_hearing(self, report: UsageReport, now: float) -> bool:
         """Whether the report was published while we could hear the topic. One published
@@ -1360,6 +1419,7 @@ class ClusterNode:
         report = self._new_report(now)
         report.restatement = True  # the same tick's counts again: log replays must not add them
         self._include(report, list(send), now, skip=self._sent_this_tick)
+        report.complete = report.sequence not in self.continuations
         return report
 
     # -- between ticks ----------------------------------------------------------------------

@@ -380,6 +380,7 @@ def _with_header(report: UsageReport, view: UsageReportEntries) -> UsageReport:
     report.incarnation = view.incarnation
     report.restatement = view.restatement
     report.members = view.members
+    report.complete = view.complete
     return report
 
 
@@ -500,7 +501,7 @@ def decode_report(
         folded = UsageReport(daemon_id=report.daemon_id, sequence=report.sequence,
                              publish_time_ms=report.publish_time_ms, tick_ms=report.tick_ms, leaving=report.leaving,
                              incarnation=report.incarnation, restatement=report.restatement,
-                             members=report.members)
+                             members=report.members, complete=report.complete)
         folded.groups.extend(g for _, g in kept)
         return folded
     return report
