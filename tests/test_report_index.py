@@ -249,13 +249,15 @@ def test_our_own_report_comes_back_with_its_header_alone() -> None:
     assert exc.value.reason == "spoofed_self"
 
 
-def test_the_member_count_survives_every_decode_path() -> None:
+def test_the_member_count_and_the_complete_flag_survive_every_decode_path() -> None:
     r = report(["a", "b", "c"])
-    r.members = 7
+    r.members, r.complete = 7, True
     data = serialize_report(r)
-    assert decode(data, FoldScope({"a", "b", "c"})).members == 7  # every entry folded
-    assert decode(data, FoldScope({"b"})).members == 7  # picked through the index
+    header = lambda x: (x.members, x.complete)  # noqa: E731
+    assert header(decode(data, FoldScope({"a", "b", "c"}))) == (7, True)  # every entry folded
+    assert header(decode(data, FoldScope({"b"}))) == (7, True)  # picked through the index
     plain = report(["a", "b", "c"])
-    plain.members = 7  # no index (an older sender): parsed whole, then filtered
-    assert decode(plain.SerializeToString(), FoldScope({"b"})).members == 7
-    assert decode_report(data, NOW_MS, "me", 1).members == 7  # no scope
+    plain.members, plain.complete = 7, True  # no index (an older sender): parsed whole, then filtered
+    assert header(decode(plain.SerializeToString(), FoldScope({"b"}))) == (7, True)
+    assert header(decode_report(data, NOW_MS, "me", 1)) == (7, True)  # no scope
+    assert header(decode_report(data, NOW_MS, "me", 1, keep=lambda names: {"b"})) == (7, True)  # filtered copy
