@@ -1202,6 +1202,8 @@ class ClusterNode:
         peers would count every tick of our outage as a gap in rgd_reports_lost_total."""
         self.sequence = out.report.sequence - 1
         self.continuations.clear()
+        if self._first_out_ms == out.report.publish_time_ms:
+            self._first_out_ms = None  # no peer can answer a report that never went out
 
     def _restate(self, names: list[str], now: float) -> UsageReport | None:
         """The current demand of groups reported early this tick, again (restatement): the

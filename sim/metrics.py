@@ -11,7 +11,8 @@ the bytes quota. Definitions (all documented in the table's legend, sim/table.py
   one of its messages: a tick admits whole messages, so at a few messages a second no
   limiter comes closer to a fractional ideal),
   and the cluster's usage of every limited dimension within 10 % of the ideal's
-  (plus 0.5 % of that quota): min(quota, total demand) in one dimension;
+  (plus 0.5 % of that quota, and one message of the largest sender, for the same
+  reason): min(quota, total demand) in one dimension;
 - a window runs from a change's observable tick (demand/join/leave: the next tick,
   when the first report of it has been published; a new group: the next tick too;
   crash: the strategy's TTL later; a quota change: at once) to the next change that
@@ -140,7 +141,11 @@ def converged(t: DimensionTick, j: Judged | None = None) -> bool:
     fair = j.shares
     for c in j.constraints:
         target = j.usage(c, fair)
-        if abs(j.usage(c, t.admitted) - target) > TOLERANCE * target + SLACK * c.capacity:
+        # Whole messages in the cluster's usage too: however well the members are limited,
+        # their whole messages meet a fractional ideal only to within one message (the
+        # largest any of them sends, in this constraint's unit).
+        one = max((a * t.per_message.get(d, 0.0) / TICK_SECONDS for d, a in zip(j.ids, c.coeffs)), default=0.0)
+        if abs(j.usage(c, t.admitted) - target) > TOLERANCE * target + SLACK * c.capacity + one:
             return False
     return True
 

@@ -9,14 +9,22 @@ publish order, so a run is a pure function of the scenario and the seed.
 
 The sender gets its own report back too, as a daemon's own subscription does on
 the real topic (it measures the topic's delivery delay from it, even alone). The
-echo is lost with the same probability, drawn from a separate generator so that
-what peers receive does not depend on it.
+echo is lost with the same probability.
+
+Each delivery's fate (lost, duplicated) is drawn from its own identity: the seed, the
+sender, the publish instant, the report's place among the sender's reports at that
+instant, the receiver. Why not one random stream: with one stream a report more or
+less anywhere re-dealt every later delivery's fate in the whole run, so a change to
+one daemon's reporting moved lossy scenarios both ways and an A/B comparison of two
+versions said little case by case (stop 42, fuzz case 0: a worst window 92.1 -> 89.9 %
+from a change that touched no part of it). Now a report added or dropped changes only
+its own deliveries, and those of its sender's later reports at the same instant.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
-import random
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -26,6 +34,12 @@ class TransportSpec:
     loss: float = 0.0  # probability that one receiver misses one report
     delay: float = 0.0  # extra ticks before delivery
     duplicate: float = 0.0  # probability that one receiver gets a report twice
+
+
+def _draw(report: str, receiver: str, what: str) -> float:
+    """A uniform number in [0, 1) that depends on the delivery's identity alone."""
+    digest = hashlib.blake2b(f"{report}{receiver}/{what}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2.0**64
 
 
 @dataclass(order=True, slots=True)
@@ -39,9 +53,10 @@ class _InFlight:
 class Transport:
     def __init__(self, spec: TransportSpec, seed: int | str, tick_seconds: float = 1.0) -> None:
         self.spec = spec
-        self.rng = random.Random(f"transport:{seed}")
-        self.echo_rng = random.Random(f"transport-echo:{seed}")
+        self.seed = str(seed)
         self.tick_seconds = tick_seconds
+        # Per sender: the instant (µs) of its last publish, and how many it published then.
+        self._last_publish: dict[str, tuple[int, int]] = {}
         self._queue: list[_InFlight] = []
         self._order = 0
         self.sent = 0
@@ -52,16 +67,21 @@ class Transport:
         """Queue `data` for every receiver, the sender's echo included."""
         self.sent += 1
         due = now + self.spec.delay * self.tick_seconds
+        instant = round(now * 1e6)
+        last, n = self._last_publish.get(sender, (-1, 0))
+        nth = n if instant == last else 0
+        self._last_publish[sender] = (instant, nth + 1)
+        report = f"{self.seed}/{sender}/{instant}/{nth}/"
         for r in sorted(receivers):
             if r == sender:
-                if not (self.spec.loss and self.echo_rng.random() < self.spec.loss):
+                if not (self.spec.loss and _draw(report, r, "echo") < self.spec.loss):
                     self._order += 1
                     heapq.heappush(self._queue, _InFlight(due, self._order, r, data))
                 continue
-            if self.spec.loss and self.rng.random() < self.spec.loss:
+            if self.spec.loss and _draw(report, r, "loss") < self.spec.loss:
                 self.lost += 1
                 continue
-            copies = 2 if self.spec.duplicate and self.rng.random() < self.spec.duplicate else 1
+            copies = 2 if self.spec.duplicate and _draw(report, r, "duplicate") < self.spec.duplicate else 1
             self.duplicated += copies - 1
             for _ in range(copies):
                 self._order += 1

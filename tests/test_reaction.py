@@ -615,3 +615,14 @@ def test_tick_reports_say_whether_they_name_every_group() -> None:
     assert not second.groups and not second.complete  # g barely moved: suppressed
     announced = a.announcement(clock.t)
     assert announced is not None and [g.group for g in announced.groups] == ["g"] and announced.complete
+
+
+def test_a_first_report_that_never_went_out_is_not_waited_on() -> None:
+    clock = FakeClock()
+    a = node(clock, "a")
+    out = a.tick_report(clock.t)
+    a.not_published(out)  # no broker: nothing left us
+    assert not a.awaiting_announcements(clock.t)
+    clock.t += 1.0
+    a.tick_report(clock.t)  # this one is our first report
+    assert a.awaiting_announcements(clock.t)

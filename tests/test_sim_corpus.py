@@ -95,6 +95,12 @@ not every dimension's: the worst window's utilization 0.8995 -> 0.921 (case 9's 
 window after another group's sizes changed is gone), windows at >= 95 % 0.989 -> 0.9885, Jain
 min 0.996 -> 0.997; within 3 ticks 0.989 -> 0.984 (253 of 257) and within 5 0.996 -> 0.992,
 since changes that an unrelated one used to cut short now count, and some converge late.
+Re-measured (stop 43) when the simulated topic came to draw each delivery's loss from its
+own identity instead of one stream (a report more or less no longer re-deals every later
+loss) and the judge came to take the cluster's usage to within one message of its largest
+sender, as it takes each daemon's: the worst window's utilization 0.899 -> 0.913, within 3
+ticks 0.984 -> 0.988 (254 of 257, as many as doorman-fair, whose worst is never: the
+strict xfail on converging best is gone), within 5 0.992 -> 0.996, the rest unchanged.
 """
 
 from __future__ import annotations
@@ -168,16 +174,18 @@ def test_rgd_floors_on_the_corpus() -> None:
     # shares (no windowed bucket). The topic draws every delivery's loss from one stream, so a report
     # more or less anywhere deals every later loss again; over the 500-scenario fuzz, windows under
     # 95 % went 32 -> 35 of ~7 370, and scenarios over 10 % overshoot 8 -> 4.
-    assert min(utils) >= 0.895, figures  # target 0.95 in every window: measured min 0.899 ...
+    # Stop 43: each delivery's loss drawn from its own identity, the cluster judged to within
+    # one message: min 0.899 -> 0.913, within 3 ticks 0.984 -> 0.988, within 5 0.992 -> 0.996.
+    assert min(utils) >= 0.91, figures  # target 0.95 in every window: measured min 0.913 ...
     assert util_ok >= 0.985, figures  # ... and 0.9856 of windows at >= 0.95
-    assert within3 >= 0.98, figures  # target 0.95 of changes: measured 0.984 (0.958 before the joint budget)
-    assert within5 >= 0.99, figures  # target: all of them; measured 0.992 (0.977 before)
+    assert within3 >= 0.985, figures  # target 0.95 of changes: measured 0.988 (0.958 before the joint budget)
+    assert within5 >= 0.995, figures  # target: all of them; measured 0.996 (0.977 before)
     assert calm == 1.0, figures  # target: every scenario; measured 30 of 30
     assert worst <= 10.0, figures  # the target; measured 7.0 % (case 20)
 
 
 @pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: "
-                   "windows >= 95 % utilization 0.9856 (all), changes within 5 ticks 0.992 (all)")
+                   "windows >= 95 % utilization 0.9856 (all), changes within 5 ticks 0.996 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)
@@ -186,13 +194,11 @@ def test_rgd_meets_the_targets_on_the_corpus() -> None:
     assert all(t <= 5 for t in strict)
 
 
-@pytest.mark.xfail(strict=True, reason="doorman-fair converges within 3 ticks in 254 of the corpus's 257 changes "
-                   "(0.988), rgd in 253 (0.984), though rgd's worst is 7 ticks and doorman-fair's never "
-                   "(on the 500 scenarios of the fuzz rgd converges best)")
 def test_no_other_strategy_converges_better_on_the_corpus() -> None:
-    """Passed for one commit (small shares' windows capped at the larger of 1.1 s of the rate
-    and the rate plus one message: rgd 0.981 within 3 ticks, doorman-fair 0.977); the
-    announcement made twice then served doorman-fair one change more, and rgd one fewer."""
+    """A strict xfail until stop 43 (doorman-fair 254 of 257 changes within 3 ticks, rgd 253).
+    Since each delivery's loss is drawn from its own identity (sim/transport.py) and the
+    cluster's usage is judged to within one message (sim/metrics.py): rgd 254 of 257, worst
+    7 ticks; doorman-fair 254, worst never."""
 
     def key(strategy: str) -> tuple[float, float]:
         strict = _strict(_completed(strategy))
