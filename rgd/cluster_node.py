@@ -706,8 +706,9 @@ class ClusterNode:
         return report
 
     def _own_report_out(self, report: UsageReport) -> None:
-        """After each report of ours: peers fold our new incarnation's first report by
-        dropping the predecessor's entries for groups it does not name, so from then on
+        """After each report of ours: the first one's publish time is what peers' answers
+        are timed against (answered_us). And peers fold our new incarnation's first report
+        by dropping the predecessor's entries for groups it does not name, so from then on
         they hold nothing of ours there."""
         if self._first_out_ms is None:
             self._first_out_ms = report.publish_time_ms

@@ -423,9 +423,16 @@ def test_traffic_recorded_once_a_second_is_measured_in_events_not_messages() -> 
     assert len(stepped) >= 1 and stepped[0].groups[0].publish.admitted_messages > 40
 
 
-def _peer(sender: str, at: float, members: int, sequence: int = 1) -> bytes:
+def _peer(sender: str, at: float, members: int, sequence: int = 1, complete: bool = False,
+          busy: float | None = None) -> bytes:
+    """A peer's report; `busy`: an entry for g admitting (and limited to) that many msg/s."""
     r = UsageReport(daemon_id=sender, sequence=sequence, publish_time_ms=wall_ms(at), tick_ms=1000, incarnation=1,
-                    members=members)
+                    members=members, complete=complete)
+    if busy is not None:
+        gu = GroupUsage(group="g")
+        gu.publish.admitted_messages = busy
+        gu.publish.limit_messages = busy
+        r.groups.append(gu)
     return r.SerializeToString()
 
 
@@ -528,16 +535,6 @@ def test_a_tick_restates_an_early_demand_while_our_share_grows_under_it() -> Non
     assert own.admitted_messages + own.throttled_messages == pytest.approx(250.0)  # not the tick's average
 
 
-def _busy(sender: str, at: float, members: int, sequence: int, msgs: float, complete: bool = False) -> bytes:
-    r = UsageReport(daemon_id=sender, sequence=sequence, publish_time_ms=wall_ms(at), tick_ms=1000, incarnation=1,
-                    members=members, complete=complete)
-    gu = GroupUsage(group="g")
-    gu.publish.admitted_messages = msgs
-    gu.publish.limit_messages = msgs
-    r.groups.append(gu)
-    return r.SerializeToString()
-
-
 def test_a_newcomer_counts_a_peer_busy_until_its_announcement_is_back() -> None:
     """Under a 2 s delay a newcomer settles a tick and a delay after it starts hearing, but
     peers' announcements of its first report (which name the groups their tick reports
@@ -560,7 +557,7 @@ def test_a_newcomer_counts_a_peer_busy_until_its_announcement_is_back() -> None:
     assert {m: u.publish.throttled_messages for m, u in inputs.usage.items()} == {"b": 300, "c": 300}
     # b's announcement: published as it folded our first report (0.5 + 2 s), here at 4.5 s
     clock.t = first_out + 4.0
-    a.receive(_busy("b", first_out + 2.0, members=3, sequence=2, msgs=120), None, clock.t)
+    a.receive(_peer("b", first_out + 2.0, members=3, sequence=2, busy=120), None, clock.t)
     inputs = a.limit_inputs(G, clock.t)
     assert inputs.usage["b"].publish.admitted_messages == 120  # its own entry, not a claim
     assert inputs.usage["c"].publish.throttled_messages == 300  # still unheard since
@@ -593,10 +590,8 @@ def test_a_peer_whose_report_names_all_its_groups_claims_nothing_more() -> None:
     start = clock.t
     clock.t += 0.5
     echo(a, clock, 2.0)
-    idle = UsageReport(daemon_id="c", sequence=1, publish_time_ms=wall_ms(start + 1.0), tick_ms=1000,
-                       incarnation=1, members=2, complete=True)
-    a.receive(idle.SerializeToString(), None, clock.t)
-    a.receive(_busy("b", start + 0.9, members=2, sequence=1, msgs=120, complete=True), None, clock.t)
+    a.receive(_peer("c", start + 1.0, members=2, complete=True), None, clock.t)  # idle
+    a.receive(_peer("b", start + 0.9, members=2, complete=True, busy=120), None, clock.t)
     clock.t = start + 3.0
     assert a.settled() and a.awaiting_announcements(clock.t)
     usage = a.limit_inputs(G, clock.t).usage

@@ -26,9 +26,11 @@ def node(clock: FakeClock, incarnation: int, resume: Resume | None = None) -> Cl
     return ClusterNode(NodeConfig("a"), incarnation, clock, wall_ms, lambda: {"g": G}, resume=resume)
 
 
-def peer_report(sequence: int, at: float, demand: int = 200) -> bytes:
-    """b's report: `demand` msg/s asked, 150 admitted (throttled: its bucket is not full)."""
-    r = UsageReport(daemon_id="b", sequence=sequence, publish_time_ms=wall_ms(at), tick_ms=1000, incarnation=7)
+def peer_report(sequence: int, at: float, demand: int = 200, members: int = 0) -> bytes:
+    """b's report: `demand` msg/s asked, 150 admitted (throttled: its bucket is not full);
+    `members`: how many members b counts (0: not said)."""
+    r = UsageReport(daemon_id="b", sequence=sequence, publish_time_ms=wall_ms(at), tick_ms=1000, incarnation=7,
+                    members=members)
     if demand:
         r.groups.append(GroupUsage(group="g", publish=KindUsage(
             admitted_messages=150, throttled_messages=demand - 150, limit_messages=150,
@@ -74,14 +76,20 @@ def test_a_crashed_daemon_restarted_within_the_ttl_resumes_its_old_share() -> No
     assert not fresh.settled() and fresh.limits_for(G)["publish"][0] == pytest.approx(FLOOR)
 
 
-def test_after_a_graceful_leave_peers_hold_nothing_so_nothing_is_adopted() -> None:
-    clock = FakeClock()
+def restarted_after_leave(clock: FakeClock) -> ClusterNode:
+    """Incarnation 2 of `a`, a second after the busy predecessor left gracefully, its hello
+    not yet sent."""
     old = busy_predecessor(clock)
     old.leaving_report(clock.t)
     resume = old.resume_state()
     assert resume.graceful
     clock.t += 1.0
-    a = node(clock, 2, resume)
+    return node(clock, 2, resume)
+
+
+def test_after_a_graceful_leave_peers_hold_nothing_so_nothing_is_adopted() -> None:
+    clock = FakeClock()
+    a = restarted_after_leave(clock)
     assert list(a.hello_report(clock.t).groups) == []  # names nothing: peers hold nothing of a
     a.receive(peer_report(3, clock.t), None, clock.t)
     # settled on the members, but b evicted a at its leaving report: a has no demand any peer
@@ -96,11 +104,7 @@ def test_a_group_new_to_a_restarted_map_is_not_a_new_group() -> None:
     while b still held 300 (fuzz case 458 of seed 1: 20 % over for a tick); it is the
     floor until b has folded our report."""
     clock = FakeClock()
-    old = busy_predecessor(clock)
-    old.leaving_report(clock.t)
-    resume = old.resume_state()
-    clock.t += 1.0
-    a = node(clock, 2, resume)
+    a = restarted_after_leave(clock)
     a.hello_report(clock.t)
     a.limiter.acquire(G, "publish", 1, 100, "g/ns", now=clock.t)  # brokers ask at once
     a.receive(peer_report(3, clock.t), None, clock.t)
@@ -233,20 +237,10 @@ def test_a_restart_does_not_settle_on_a_report_that_does_not_count_it() -> None:
     have folded the hello, counts one member. Settling on it, a took its even split beside
     b's whole quota (20.2 % over for a tick)."""
     clock = FakeClock()
-    old = busy_predecessor(clock)
-    old.leaving_report(clock.t)
-    resume = old.resume_state()
-    clock.t += 1.0
-    a = node(clock, 2, resume)
+    a = restarted_after_leave(clock)
     a.hello_report(clock.t)
-
-    def b_counting(members: int, sequence: int) -> bytes:
-        r = UsageReport.FromString(peer_report(sequence, clock.t))
-        r.members = members
-        return r.SerializeToString()
-
-    a.receive(b_counting(1, 3), None, clock.t)  # b lost the hello: it counts itself alone
+    a.receive(peer_report(3, clock.t, members=1), None, clock.t)  # b lost the hello: it counts itself alone
     assert not a.settled() and a.limits_for(G)["publish"][0] == pytest.approx(FLOOR)
     clock.t += 0.5
-    a.receive(b_counting(2, 4), None, clock.t)  # b folded a report of ours: it counts us
+    a.receive(peer_report(4, clock.t, members=2), None, clock.t)  # b folded a report of ours: it counts us
     assert a.settled()
