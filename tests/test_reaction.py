@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from rgd.cluster_node import ClusterNode, NodeConfig
+from rgd.cluster_node import ClusterNode, NodeConfig, cut_below_demand
 from rgd.delivery_delay import DeliveryDelay
 from rgd.groups import ResourceGroup
 from rgd.own_history import OwnHistory
-from rgd.quota.model import KindRates, PeerUsage
+from rgd.quota.model import INF, KindRates, PeerUsage
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 from tests.fake_clock import FakeClock, wall_ms
 
@@ -379,6 +379,24 @@ def test_a_cut_below_an_unthrottled_daemons_demand_drops_its_saved_tokens() -> N
     series = result.dims["g/publish"]
     worst = max(u / q for t in series[10:] if t is not None for u, q in usage_and_quota(t))
     assert worst <= 1.10, worst
+
+
+def test_a_cut_of_one_message_keeps_the_saved_tokens_a_bigger_one_drops_them() -> None:
+    # At a few messages a second the limits step by a whole message from tick to tick
+    # (noisy demand split in whole messages). Draining on every step down threw away what
+    # the step up had saved. What a kept bucket adds above the new limit is our demand less
+    # that limit: under one message a second for such a cut (in bytes: one mean message).
+    busy = KindRates(admitted_messages=4.0, admitted_bytes=4000.0)  # 1 000-byte messages
+    assert cut_below_demand((4.2, 5000.0), (3.3, 3300.0), busy, 0.02) == (False, True)
+    assert cut_below_demand((4.5, 4400.0), (3.3, 3500.0), busy, 0.02) == (True, False)
+    assert cut_below_demand((4.2, 4100.0), (3.2, 3099.0), busy, 0.02) == (False, True)
+    # Cut but still above our demand, or throttled (the bucket is empty): nothing to drop.
+    assert cut_below_demand((9.0, 9000.0), (4.5, 4500.0), busy, 0.02) == (False, False)
+    throttled = KindRates(admitted_messages=2.0, admitted_bytes=2000.0, throttled_messages=2.0)
+    assert cut_below_demand((9.0, 9000.0), (2.0, 2000.0), throttled, 0.02) == (False, False)
+    # Idle in messages: any byte cut below demand is beyond a mean message of nothing.
+    bytes_only = KindRates(admitted_bytes=4000.0)
+    assert cut_below_demand((INF, 5000.0), (INF, 3000.0), bytes_only, 0.02) == (False, True)
 
 
 def test_traffic_recorded_once_a_second_is_measured_in_events_not_messages() -> None:
