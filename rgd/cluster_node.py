@@ -59,7 +59,7 @@ import numpy as np
 from rgd.groups import KINDS, QuotaCeilings, ResourceGroup
 from rgd.delivery_delay import DeliveryDelay
 from rgd.limiter import Collected, Limiter, Place, TickCounters, largest_bucket_seconds, rate_of
-from rgd.map_keeper import MapKeeper
+from rgd.map_keeper import MapKeeper, member_tag
 from rgd.own_history import OwnHistory
 from rgd.quota.calculator import (NEW_BUCKET_SECONDS, PEER_VIEW_STRATEGIES, CalculatorCall, calculate_many,
                                   start_seconds_for)
@@ -534,6 +534,7 @@ class ClusterNode:
         # Reports too large for one broker message: the head report's sequence -> the reports
         # that carry the rest of its entries, to publish right after it (see _fit).
         self.continuations: dict[int, list[UsageReport]] = {}
+        self._folded_since_tick: set[str] = set()  # peers whose reports we folded since our last tick report
         self.namespaces_trimmed = 0  # namespace names _fit left out, not yet counted by the daemon
         # Plausibility around a config change (see apply_config): the groups as last applied,
         # and per recent change the groups it changed, as they were, with when that ends.
@@ -1184,6 +1185,11 @@ class ClusterNode:
             span = min(self._window_entries[n][0] for n in restate)
             restate = [n for n in restate if abs(self._window_entries[n][0] - span) <= 1e-9]
         report = self._new_report(now)
+        # Whom we heard since our last tick report: peers that lost a member's reports learn
+        # it is alive (rgd.map_keeper.MapKeeper.vouch).
+        members = self.usage_map.members
+        report.heard.extend(sorted(member_tag(d) for d in self._folded_since_tick if d in members))
+        self._folded_since_tick.clear()
         # A restated group's tick counts never stand alone at a peer: the restatement goes
         # right after, and peers fold both before they recompute. Counted as our own entry,
         # a bucket born within the tick (its counts cover part of it) would read as a drop of
@@ -1285,7 +1291,7 @@ class ClusterNode:
             self.keeper.own_echo(report.sequence)
             return Receipt(report, REJECT_OWN)
         fresh = [g for g in report.groups if not self.usage_map.groups.get(g.group) and has_demand(g)]
-        result, new = self.keeper.fold(report, now)
+        result, new = self.keeper.fold(report, now, self.delay.seconds())
         if not result.accepted:
             return Receipt(report, result.reason)
         if report.leaving:
@@ -1294,6 +1300,7 @@ class ClusterNode:
             self.all_dirty = True
         else:
             self._had_peers = True
+            self._folded_since_tick.add(report.daemon_id)
             knew_us = self.knew_us(report, now)
             if report.complete or self.answered_us(report, now):
                 self._complete.add(report.daemon_id)

@@ -35,6 +35,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from rgd.groups import KINDS, ResourceGroup
+from rgd.map_keeper import MAX_MEMBERS
 from rgd.wire.usage_report_pb2 import UsageReport, UsageReportEntries
 
 # Pulsar's default maxMessageSize (5 MB): a larger message cannot have come through a
@@ -331,6 +332,8 @@ def _check_header(report: UsageReport | UsageReportEntries, now_ms: int, self_id
         raise Rejected(REJECT_CLOCK, f"publish_time_ms {report.publish_time_ms} is {report.publish_time_ms - now_ms} ms from our clock")
     if report.daemon_id == self_id and report.incarnation != self_incarnation:
         raise Rejected(REJECT_SPOOFED, f"claims our id {self_id!r} with incarnation {report.incarnation}")
+    if len(report.heard) > MAX_MEMBERS:
+        raise Rejected(REJECT_MALFORMED, f"heard names {len(report.heard)} members (a map holds at most {MAX_MEMBERS})")
 
 
 def _pick_indexed(view: UsageReportEntries, scope: FoldScope) -> UsageReport | None:
@@ -381,6 +384,7 @@ def _with_header(report: UsageReport, view: UsageReportEntries) -> UsageReport:
     report.restatement = view.restatement
     report.members = view.members
     report.complete = view.complete
+    report.heard.extend(view.heard)
     return report
 
 
@@ -501,7 +505,7 @@ def decode_report(
         folded = UsageReport(daemon_id=report.daemon_id, sequence=report.sequence,
                              publish_time_ms=report.publish_time_ms, tick_ms=report.tick_ms, leaving=report.leaving,
                              incarnation=report.incarnation, restatement=report.restatement,
-                             members=report.members, complete=report.complete)
+                             members=report.members, complete=report.complete, heard=report.heard)
         folded.groups.extend(g for _, g in kept)
         return folded
     return report

@@ -4,7 +4,7 @@ Fed by reports from the topic (and the daemon's own tick), read by the quota
 calculator. Membership rules:
 - a daemon is a member from its first accepted report (a heartbeat report with
   no groups counts: liveness is per daemon, usage per group);
-- a `leaving` report evicts it at once; silence for `ttl` seconds evicts it;
+- a `leaving` report evicts it at once; silence evicts it (rgd.map_keeper decides when);
 - a new incarnation (restart) resets its sequence without counting loss;
 - within an incarnation a sequence at or below the last one is a duplicate or
   out of order (rejected), and a jump counts the gap as lost reports.
@@ -124,13 +124,6 @@ class UsageMap:
         for entries in self.groups.values():
             entries.pop(daemon, None)
         self._drop_empty()
-
-    def evict_silent(self, now: float, ttl: float, keep: str = "") -> list[str]:
-        """Evict members not heard from for `ttl` seconds (never `keep`, ourselves)."""
-        gone = [d for d, m in self.members.items() if d != keep and now - m.last_seen > ttl]
-        for d in gone:
-            self.evict(d)
-        return gone
 
     def expire_groups(self, now: float, group_ttl: float) -> int:
         """Drop group entries not refreshed for `group_ttl` seconds; returns how many."""

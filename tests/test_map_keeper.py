@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rgd.map_keeper import MapKeeper
 from rgd.usage_map import UsageMap
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
@@ -149,3 +151,74 @@ def test_an_unconfirmed_entry_lives_longer_where_refreshes_are_lost() -> None:
     assert k2.entry_ttl() == 21.0 + (MAX_ENTRY_REFRESHES - 3) * K1
     # Told nothing of the report interval, the safety TTL alone.
     assert keeper().entry_ttl() == 21.0
+
+
+def _peer_report(sender: str, seq: int, heard: tuple[str, ...] = ()) -> UsageReport:
+    from rgd.map_keeper import member_tag
+
+    r = UsageReport(daemon_id=sender, sequence=seq, publish_time_ms=seq * 100, tick_ms=1000, incarnation=1)
+    r.heard.extend(sorted(member_tag(d) for d in heard))
+    return r
+
+
+def test_a_member_whose_reports_we_lose_lives_while_a_witness_hears_it() -> None:
+    # Fuzz case 426 of seed 1 (16.5 % loss, 14 daemons): five reports in a row of a busy
+    # peer lost to one daemon, which evicted it and took its share (12.9 % over the quota).
+    k = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    for t in range(1, 6):
+        k.fold(_peer_report("b", t, heard=("c",)), float(t))
+        k.fold(_peer_report("c", t, heard=("b",)), float(t) + 0.1)
+    # From here every report of c to us is lost; b hears it each tick and says so.
+    for t in range(6, 20):
+        k.fold(_peer_report("b", t, heard=("c", "nobody-we-know")), float(t), delay=0.5)
+        assert k.evict_silent(float(t) + 0.5) == [], t
+    assert "nobody-we-know" not in k.usage_map.members  # a peer's word admits no one
+    # c crashes: b stops naming it. Its last word dates c at 19 - 1 (b's tick) - 0.5 (delay).
+    for t in range(20, 26):
+        k.fold(_peer_report("b", t), float(t))
+        gone = k.evict_silent(float(t) + 0.5)
+        assert gone == ([] if t + 0.5 - 17.5 <= k.silence_ttl(1) else ["c"]), t
+        if gone:
+            break
+    assert "c" not in k.usage_map.members and "b" in k.usage_map.members
+
+
+def test_a_witness_keeps_nobody_beyond_the_safety_ttl() -> None:
+    k = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    k.fold(_peer_report("c", 1), 1.0)
+    for t in range(1, 22):
+        k.fold(_peer_report("b", t, heard=("c",)), float(t))
+    assert k.evict_silent(21.9) == []
+    assert k.evict_silent(22.1) == ["c"]  # unheard by us for the safety TTL
+
+
+def test_witnesses_shorten_the_silence_a_lossy_topic_needs() -> None:
+    # The odds that a live member goes unheard for k intervals: by us (p) and, for each
+    # witness, on its way to the witness or the witness's word on its way to us. Counted up
+    # by brute force over the outcomes of one interval (not the keeper's formula).
+    from itertools import product
+
+    from rgd.map_keeper import FALSE_EVICTION_ODDS
+
+    k = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
+    seq, t = 0, 0.0
+    for i in range(400):  # every fifth report lost
+        seq += 2 if i % 4 == 3 else 1
+        t += 1.0
+        k.fold(report(seq, ("g",)), t)
+    p = k.loss_rate()
+
+    def unheard(witnesses: int) -> float:
+        total = 0.0
+        for lost in product((True, False), repeat=1 + 2 * witnesses):  # ours, then (to w, w to us)
+            chance = math.prod(p if x else 1 - p for x in lost)
+            if lost[0] and all(lost[1 + 2 * i] or lost[2 + 2 * i] for i in range(witnesses)):
+                total += chance
+        return total
+
+    for witnesses in (1, 2, 3):
+        q = unheard(witnesses)
+        gossip = _intervals_by_brute_force(q, FALSE_EVICTION_ODDS) + 1  # a witness's word is a tick old
+        want = max(3, min(_intervals_by_brute_force(p, FALSE_EVICTION_ODDS), gossip))
+        assert k.silence_ttl(witnesses) == want * 1.0, witnesses
+    assert k.silence_ttl(3) < k.silence_ttl(0)

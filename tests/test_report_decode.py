@@ -50,13 +50,14 @@ kind_values = st.fixed_dictionaries({
 group_st = st.tuples(st.text(min_size=0, max_size=12), st.lists(st.text(max_size=8), max_size=3),
                      st.integers(0, 1000), kind_values, kind_values)
 report_st = st.tuples(st.text(min_size=1, max_size=10), st.integers(1, 2**40), st.integers(-2**40, 2**42),
-                      st.integers(0, 2**31), st.booleans(), st.integers(0, 2**45), st.lists(group_st, max_size=5))
+                      st.integers(0, 2**31), st.booleans(), st.integers(0, 2**45), st.lists(group_st, max_size=5),
+                      st.lists(st.integers(0, 2**32 - 1), max_size=4))  # heard: packed fixed32, skipped
 
 
 def build(rep: tuple) -> UsageReport:
-    daemon, seq, pub, tick, leaving, inc, groups = rep
+    daemon, seq, pub, tick, leaving, inc, groups, heard = rep
     r = UsageReport(daemon_id=daemon, sequence=seq, publish_time_ms=pub, tick_ms=tick, leaving=leaving,
-                    incarnation=inc)
+                    incarnation=inc, heard=heard)
     for name, nss, topics, pub_k, dis_k in groups:
         g = r.groups.add(group=name, topics=topics)
         g.namespaces.extend(nss)
@@ -103,7 +104,7 @@ def test_damage_counted_like_the_usage_log_reader(flips: list[tuple[int, int]], 
     frames = []
     for i in range(30):
         if i % 6 == 0:
-            r = build(("d", i + 1, 1000 * i, 1000, False, 5, [("g", [], 0, {"admitted_messages": i}, {})]))
+            r = build(("d", i + 1, 1000 * i, 1000, False, 5, [("g", [], 0, {"admitted_messages": i}, {})], []))
             frames.append(encode_frame(LogEntryMetadata(kind=1, log_index=i, daemon_id="d"), r.SerializeToString()))
         else:
             frames.append(receipt_frame(i, f"p{i % 3}", i, 10_000 * i, 10 * i))
@@ -253,7 +254,7 @@ def _schema_variant():
     extra = msgs["GroupUsage"].field.add()
     extra.CopyFrom(kind_field)
     extra.name, extra.json_name, extra.number = "storage", "storage", 7
-    next(f for f in msgs["UsageReport"].field if f.name == "sequence").number = 12
+    next(f for f in msgs["UsageReport"].field if f.name == "sequence").number = 20
     next(f for f in msgs["KindUsage"].field if f.name == "admitted_messages").number = 9
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
@@ -274,7 +275,7 @@ def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
     assert kinds == ("publish", "dispatch", "replication", "storage")
     rf = field_numbers(ReportFields, V["UsageReport"].DESCRIPTOR, {
         **{n: "varint" for n in ReportFields._fields}, "daemon_id": "string", "groups": "message"})
-    assert rf.sequence == 12
+    assert rf.sequence == 20
     gf = field_numbers(GroupFields, V["GroupUsage"].DESCRIPTOR, {"group": "string"})
     kf = field_numbers(KindFields, V["KindUsage"].DESCRIPTOR,
                        {**{n: "varint" for n in COUNT_FIELDS}, **{n: "double" for n in LIMIT_FIELDS}})

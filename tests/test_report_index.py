@@ -249,15 +249,29 @@ def test_our_own_report_comes_back_with_its_header_alone() -> None:
     assert exc.value.reason == "spoofed_self"
 
 
-def test_the_member_count_and_the_complete_flag_survive_every_decode_path() -> None:
+def test_the_member_count_the_complete_flag_and_whom_it_heard_survive_every_decode_path() -> None:
     r = report(["a", "b", "c"])
     r.members, r.complete = 7, True
+    r.heard.extend([3, 4_000_000_000])
     data = serialize_report(r)
-    header = lambda x: (x.members, x.complete)  # noqa: E731
-    assert header(decode(data, FoldScope({"a", "b", "c"}))) == (7, True)  # every entry folded
-    assert header(decode(data, FoldScope({"b"}))) == (7, True)  # picked through the index
+    header = lambda x: (x.members, x.complete, list(x.heard))  # noqa: E731
+    want = (7, True, [3, 4_000_000_000])
+    assert header(decode(data, FoldScope({"a", "b", "c"}))) == want  # every entry folded
+    assert header(decode(data, FoldScope({"b"}))) == want  # picked through the index
     plain = report(["a", "b", "c"])
     plain.members, plain.complete = 7, True  # no index (an older sender): parsed whole, then filtered
-    assert header(decode(plain.SerializeToString(), FoldScope({"b"}))) == (7, True)
-    assert header(decode_report(data, NOW_MS, "me", 1)) == (7, True)  # no scope
-    assert header(decode_report(data, NOW_MS, "me", 1, keep=lambda names: {"b"})) == (7, True)  # filtered copy
+    plain.heard.extend([3, 4_000_000_000])
+    assert header(decode(plain.SerializeToString(), FoldScope({"b"}))) == want
+    assert header(decode_report(data, NOW_MS, "me", 1)) == want  # no scope
+    assert header(decode_report(data, NOW_MS, "me", 1, keep=lambda names: {"b"})) == want  # filtered copy
+
+
+def test_a_report_that_says_it_heard_more_members_than_a_map_holds_is_rejected() -> None:
+    from rgd.map_keeper import MAX_MEMBERS
+
+    r = report(["a"])
+    r.heard.extend(range(MAX_MEMBERS + 1))
+    for scope in (FoldScope({"a"}), None):
+        with pytest.raises(Rejected) as exc:
+            decode_report(serialize_report(r), NOW_MS, "me", 1, scope=scope)
+        assert exc.value.reason == "malformed" and "heard names 1025 members" in str(exc.value)

@@ -43,7 +43,7 @@ class GroupUsage(_message.Message):
     def __init__(self, group: _Optional[str] = ..., namespaces: _Optional[_Iterable[str]] = ..., topics: _Optional[int] = ..., publish: _Optional[_Union[KindUsage, _Mapping]] = ..., dispatch: _Optional[_Union[KindUsage, _Mapping]] = ..., replication: _Optional[_Union[KindUsage, _Mapping]] = ...) -> None: ...
 
 class UsageReport(_message.Message):
-    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys", "members", "complete")
+    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys", "members", "complete", "heard")
     DAEMON_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class UsageReport(_message.Message):
     GROUP_KEYS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    HEARD_FIELD_NUMBER: _ClassVar[int]
     daemon_id: str
     sequence: int
     publish_time_ms: int
@@ -66,10 +67,11 @@ class UsageReport(_message.Message):
     group_keys: bytes
     members: int
     complete: bool
-    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[GroupUsage, _Mapping]]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ..., members: _Optional[int] = ..., complete: _Optional[bool] = ...) -> None: ...
+    heard: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[GroupUsage, _Mapping]]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ..., members: _Optional[int] = ..., complete: _Optional[bool] = ..., heard: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class UsageReportEntries(_message.Message):
-    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys", "members", "complete")
+    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys", "members", "complete", "heard")
     DAEMON_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +83,7 @@ class UsageReportEntries(_message.Message):
     GROUP_KEYS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    HEARD_FIELD_NUMBER: _ClassVar[int]
     daemon_id: str
     sequence: int
     publish_time_ms: int
@@ -92,4 +95,5 @@ class UsageReportEntries(_message.Message):
     group_keys: bytes
     members: int
     complete: bool
-    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[bytes]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ..., members: _Optional[int] = ..., complete: _Optional[bool] = ...) -> None: ...
+    heard: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[bytes]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ..., members: _Optional[int] = ..., complete: _Optional[bool] = ..., heard: _Optional[_Iterable[int]] = ...) -> None: ...
