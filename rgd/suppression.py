@@ -14,7 +14,7 @@ variant) run this same function.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, Sequence
+from typing import Container, Hashable, Mapping, Sequence
 
 Figures = Sequence[float]  # the numbers of one group's report, compared element-wise
 
@@ -49,12 +49,14 @@ def moved(old: Figures, new: Figures, tolerance: float) -> bool:
 
 
 def select_reports(
-    policy: SuppressionPolicy, state: SuppressionState, current: Mapping[Hashable, Figures]
+    policy: SuppressionPolicy, state: SuppressionState, current: Mapping[Hashable, Figures],
+    always: Container[Hashable] = (),
 ) -> tuple[list[Hashable], list[Hashable]]:
     """Which groups to put in this tick's report, and which were suppressed.
 
     `current` holds this tick's figures per group; a group missing from it is
-    treated as idle. Updates `state` as if the selected groups were sent.
+    treated as idle. A group in `always` that is not idle is sent however little
+    it moved. Updates `state` as if the selected groups were sent.
     """
     send: list[Hashable] = []
     suppressed: list[Hashable] = []
@@ -78,7 +80,8 @@ def select_reports(
             decision = True
         else:
             decision = (
-                moved(last, figures, policy.tolerance)
+                key in always
+                or moved(last, figures, policy.tolerance)
                 or state.skipped.get(key, 0) >= policy.max_skipped_ticks
             )
         if decision:
