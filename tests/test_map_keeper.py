@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import math
 
-from rgd.map_keeper import MapKeeper
+from rgd.map_keeper import MapKeeper, member_tag
 from rgd.usage_map import UsageMap
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 
 K1 = 6  # K + 1: an active group is in one of any six consecutive tick reports
 
 
-def report(seq: int, groups: tuple[str, ...] = (), restatement: bool = False) -> UsageReport:
-    r = UsageReport(daemon_id="b", sequence=seq, publish_time_ms=seq * 100, tick_ms=1000, incarnation=1,
-                    restatement=restatement)
+def report(seq: int, groups: tuple[str, ...] = (), restatement: bool = False, sender: str = "b",
+           heard: tuple[str, ...] = ()) -> UsageReport:
+    """A report of `sender`'s; `heard`: the members it says it heard (as their tags)."""
+    r = UsageReport(daemon_id=sender, sequence=seq, publish_time_ms=seq * 100, tick_ms=1000, incarnation=1,
+                    restatement=restatement, heard=sorted(member_tag(d) for d in heard))
     for g in groups:
         gu = GroupUsage(group=g)
         gu.publish.admitted_messages = 100
@@ -153,29 +155,21 @@ def test_an_unconfirmed_entry_lives_longer_where_refreshes_are_lost() -> None:
     assert keeper().entry_ttl() == 21.0
 
 
-def _peer_report(sender: str, seq: int, heard: tuple[str, ...] = ()) -> UsageReport:
-    from rgd.map_keeper import member_tag
-
-    r = UsageReport(daemon_id=sender, sequence=seq, publish_time_ms=seq * 100, tick_ms=1000, incarnation=1)
-    r.heard.extend(sorted(member_tag(d) for d in heard))
-    return r
-
-
 def test_a_member_whose_reports_we_lose_lives_while_a_witness_hears_it() -> None:
     # Fuzz case 426 of seed 1 (16.5 % loss, 14 daemons): five reports in a row of a busy
     # peer lost to one daemon, which evicted it and took its share (12.9 % over the quota).
     k = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
     for t in range(1, 6):
-        k.fold(_peer_report("b", t, heard=("c",)), float(t))
-        k.fold(_peer_report("c", t, heard=("b",)), float(t) + 0.1)
+        k.fold(report(t, sender="b", heard=("c",)), float(t))
+        k.fold(report(t, sender="c", heard=("b",)), float(t) + 0.1)
     # From here every report of c to us is lost; b hears it each tick and says so.
     for t in range(6, 20):
-        k.fold(_peer_report("b", t, heard=("c", "nobody-we-know")), float(t), delay=0.5)
+        k.fold(report(t, sender="b", heard=("c", "nobody-we-know")), float(t), delay=0.5)
         assert k.evict_silent(float(t) + 0.5) == [], t
     assert "nobody-we-know" not in k.usage_map.members  # a peer's word admits no one
     # c crashes: b stops naming it. Its last word dates c at 19 - 1 (b's tick) - 0.5 (delay).
     for t in range(20, 26):
-        k.fold(_peer_report("b", t), float(t))
+        k.fold(report(t, sender="b"), float(t))
         gone = k.evict_silent(float(t) + 0.5)
         assert gone == ([] if t + 0.5 - 17.5 <= k.silence_ttl(1) else ["c"]), t
         if gone:
@@ -185,9 +179,9 @@ def test_a_member_whose_reports_we_lose_lives_while_a_witness_hears_it() -> None
 
 def test_a_witness_keeps_nobody_beyond_the_safety_ttl() -> None:
     k = MapKeeper(UsageMap(), "a", K1, ttl_seconds=3.0, safety_ttl_seconds=21.0, report_interval_seconds=1.0)
-    k.fold(_peer_report("c", 1), 1.0)
+    k.fold(report(1, sender="c"), 1.0)
     for t in range(1, 22):
-        k.fold(_peer_report("b", t, heard=("c",)), float(t))
+        k.fold(report(t, sender="b", heard=("c",)), float(t))
     assert k.evict_silent(21.9) == []
     assert k.evict_silent(22.1) == ["c"]  # unheard by us for the safety TTL
 
