@@ -34,6 +34,30 @@ def test_delivery_delay_is_the_slowest_peers_median_clamped_and_capped() -> None
     assert d.seconds() == pytest.approx(0.030)
 
 
+def test_delivery_delay_agrees_with_the_slowest_median_recomputed_from_the_samples() -> None:
+    # The estimate keeps each peer's median as its samples come; the oracle takes every
+    # peer's median again from the samples (statistics.median over the kept window).
+    import random
+    from statistics import median
+
+    from rgd.delivery_delay import SAMPLES_PER_PEER
+
+    rng = random.Random(7)
+    d = DeliveryDelay(default_seconds=1.0, cap_seconds=3.0)
+    window: dict[str, list[float]] = {}
+    for _ in range(2000):
+        peer = f"p{rng.randrange(6)}"
+        if rng.random() < 0.02:
+            d.forget(peer)
+            window.pop(peer, None)
+        else:
+            delay_ms = rng.randrange(0, 4000)
+            d.observe(peer, 1000, 1000 + delay_ms)
+            window[peer] = (window.get(peer, []) + [delay_ms / 1000.0])[-SAMPLES_PER_PEER:]
+        want = min(3.0, max(median(q) for q in window.values())) if window else 1.0
+        assert d.seconds() == want
+
+
 def test_own_history_counts_an_increase_once_out_for_the_window_and_a_decrease_at_once() -> None:
     h = OwnHistory()
     assert h.as_seen("g", 5.0, 0.5) is None
