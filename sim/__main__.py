@@ -1,5 +1,5 @@
 """`python -m sim SCENARIO... [--strategy NAME ...] [--out DIR] [--log-dir DIR]`, `python -m sim scale`,
-and `python -m sim fuzz --count N --seed S [--strategy NAME ...] [--out DIR] [--jobs J]`.
+and `python -m sim fuzz --count N --seed S [--strategy NAME ...] [--out DIR] [--jobs J] [--hindsight]`.
 
 SCENARIO is a built-in name (see sim/scenarios/), a YAML file, or `all` (every
 built-in). The comparison table goes to stdout; --out DIR also writes
@@ -84,6 +84,10 @@ def _fuzz_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", action="append", choices=sorted(STRATEGIES), metavar="NAME",
                    help=f"strategy to run (repeatable; default: all of {', '.join(STRATEGY_ORDER)}); "
                         "failing cases are written for the first")
+    p.add_argument("--hindsight", action="store_true",
+                   help="add a reference row: every daemon admits the lesser of its arrivals and its ideal share "
+                        "of the tick before (no delay, no loss; replayed from the same runs, sim/hindsight.py): "
+                        "what of the targets is beyond anything that learns demand after the fact")
     p.add_argument("--out", metavar="DIR", default="sim-fuzz",
                    help="where failing cases (DIR/failing/*.yaml), fuzz.md and fuzz.json go (default sim-fuzz)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
@@ -94,13 +98,13 @@ def _fuzz(argv: list[str]) -> int:
     import json
     from dataclasses import asdict
 
-    from sim.fuzz import failures, run_fuzz, summarize, write_failure
+    from sim.fuzz import HINDSIGHT, failures, run_fuzz, summarize, write_failure
 
     args = _fuzz_parser().parse_args(argv)
     if args.count < 1 or args.jobs < 1 or args.first < 0:
         print("fuzz: need --count >= 1, --jobs >= 1, --first >= 0", file=sys.stderr)
         return 2
-    strategies = args.strategy or STRATEGY_ORDER
+    strategies = list(args.strategy or STRATEGY_ORDER) + ([HINDSIGHT] if args.hindsight else [])
 
     def progress(done: int, total: int) -> None:
         if done == total or done % 25 == 0:

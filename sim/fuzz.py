@@ -33,7 +33,8 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
-from sim.engine import run
+from sim.engine import RunResult, run
+from sim.hindsight import replay
 from sim.metrics import Metrics, evaluate
 from sim.scenario import Scenario, parse
 
@@ -466,15 +467,31 @@ def judge_case(scenario: Scenario, m: Metrics, seconds: float) -> CaseResult:
     )
 
 
+# Not a strategy: sim.hindsight's reference, an allocator that knows every daemon's arrivals of
+# the previous tick exactly and hands out the judge's ideal of them (no delay, no loss, fluid
+# admission). Its row says what of the targets is beyond anything that learns demand after
+# the fact, so a reader can tell the workload's share of a miss from the strategy's.
+HINDSIGHT = "hindsight"
+
+
 def run_case(job: tuple[int, int, tuple[str, ...]]) -> list[CaseResult]:
-    """Draw scenario (seed, index) and run it under every strategy (a worker's unit of work)."""
+    """Draw scenario (seed, index) and run it under every strategy (a worker's unit of work).
+    HINDSIGHT among them replays the run of the strategy before it (any run gives the same
+    replay: sim/hindsight.py), or of rgd if it comes first."""
     seed, index, strategies = job
     sc = draw_scenario(seed, index)
     out = []
+    last: RunResult | None = None
     for strategy in strategies:
         started = time.perf_counter()
         try:
-            m = evaluate(run(sc, strategy))
+            if strategy == HINDSIGHT:
+                reference = replay(last if last is not None else run(sc, "rgd"))
+                reference.strategy = HINDSIGHT
+                m = evaluate(reference)
+            else:
+                last = run(sc, strategy)
+                m = evaluate(last)
         except Exception as exc:  # a crash in the simulated daemon is a finding, not the fuzzer's end
             out.append(CaseResult(sc.name, strategy, sc.loss, sc.delay, math.inf, "", (None,), 0, (), (), (),
                                   time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}"))
@@ -606,9 +623,10 @@ def summarize(report: FuzzReport) -> str:
     per = _per_strategy(report.cases)
     figs = {s: figures(per.get(s, [])) for s in report.strategies}
     n = report.count
+    real = [s for s in report.strategies if s != HINDSIGHT]
     lines = [
-        f"## Fuzz: {n} scenarios x {len(report.strategies)} strategies, seed {report.seed} "
-        f"(bounds and definitions: sim/README.md)",
+        f"## Fuzz: {n} scenarios x {len(real)} strategies{' and the hindsight reference' if len(real) < len(figs) else ''}"
+        f", seed {report.seed} (bounds and definitions: sim/README.md)",
         "",
         "| strategy | changes | converge p50 / p95 / max (ticks) | <= 3 ticks | overshoot p50 / p95 / p99 / max % "
         "| util p50 / p5 / min % | Jain p50 / p5 / min | failing cases |",
@@ -628,9 +646,16 @@ def summarize(report: FuzzReport) -> str:
             f"| {_quantile(f.jain, .5):.3f} / {_quantile(f.jain, .05):.3f} / {min(f.jain, default=math.nan):.3f} "
             f"| {f.failing} / {len(per.get(s, []))}{f' ({f.errors} raised)' if f.errors else ''} |"
         )
+    if HINDSIGHT in figs:
+        lines += ["", f"{HINDSIGHT}: not a strategy but a reference (sim/hindsight.py), replayed from the same runs: "
+                  "every daemon admits the lesser of its arrivals and its ideal share of the tick before, as a "
+                  "fluid, with no delivery delay and no loss. Where it misses a target, so does anything that "
+                  "learns demand after the fact. Its overshoot is the tick after a quota cut (the old quota's "
+                  "shares), which real strategies see when the cut arrives."]
     lines += ["", "Targets (issue: quota quality on workloads nobody tuned for):", ""]
     for s, f in figs.items():
-        lines += [f"- {s}:"] + [f"  - {t}" for t in target_lines(f)]
+        label = f"{s} (reference)" if s == HINDSIGHT else s
+        lines += [f"- {label}:"] + [f"  - {t}" for t in target_lines(f)]
     lines += _comparison(figs)
     lines += ["", "Worst overshoot by delivery delay: max % (scenarios over 10 % / scenarios); where the worst tick of "
               "each scenario over 10 % was:", "",
@@ -648,7 +673,8 @@ def summarize(report: FuzzReport) -> str:
         lines.append(f"| {s} | {' | '.join(cells)} | {early} / {len(bad) - early} |")
     lines += [
         "",
-        f"({n} scenarios x {len(report.strategies)} strategies in {report.wall_seconds:.0f} s wall "
+        f"({n} scenarios x {len(real)} strategies{' (and the reference)' if len(real) < len(figs) else ''} "
+        f"in {report.wall_seconds:.0f} s wall "
         f"with --jobs {report.jobs}; convergence is per change that moved a dimension's ideal, a change cut "
         f"short by the next before it could show convergence is left out; util and Jain are over every "
         f"converged window, change x dimension)",
@@ -692,7 +718,7 @@ def target_lines(f: StrategyFigures) -> list[str]:
 
 
 def _comparison(figs: dict[str, StrategyFigures]) -> list[str]:
-    if "rgd" not in figs or len(figs) < 2:
+    if "rgd" not in figs or len(set(figs) - {HINDSIGHT}) < 2:
         return []
     r = figs["rgd"]
 
@@ -703,8 +729,9 @@ def _comparison(figs: dict[str, StrategyFigures]) -> list[str]:
     def worst(f: StrategyFigures) -> float:  # over the runs that completed (raised runs: their own line)
         return max(f.overshoot, default=0.0)
 
-    worse_over = [s for s, f in figs.items() if s != "rgd" and worst(f) < worst(r)]
-    better_conv = [s for s, f in figs.items() if s != "rgd" and conv_key(f) > conv_key(r)]
+    others = {s: f for s, f in figs.items() if s not in ("rgd", HINDSIGHT)}
+    worse_over = [s for s, f in others.items() if worst(f) < worst(r)]
+    better_conv = [s for s, f in others.items() if conv_key(f) > conv_key(r)]
     return [
         "",
         f"- {_verdict(not worse_over)} no other strategy beats rgd on worst overshoot"

@@ -51,6 +51,6 @@ def test_sim_help() -> None:
 
 def test_sim_fuzz_help() -> None:
     out = _help(sys.executable, "-m", "sim", "fuzz")
-    for word in ("--count", "--seed", "--strategy", "--out", "--jobs"):
+    for word in ("--count", "--seed", "--strategy", "--out", "--jobs", "--hindsight"):
         assert word in out, word
     assert "fuzz" in _help(sys.executable, "-m", "sim")

@@ -167,3 +167,24 @@ def test_cli_fuzz_prints_targets_and_writes_replayable_failures(tmp_path: Path,
 def test_cli_fuzz_rejects_bad_counts(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fuzz", "--count", "0"]) == 2
     assert "--count" in capsys.readouterr().err
+
+
+def test_cli_fuzz_hindsight_adds_a_reference_row_left_out_of_the_comparison(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Case 5 of seed 1: the reference never exceeds the quota (rgd: 6.5 %), so it would beat rgd
+    # on worst overshoot were it counted as a strategy; it is not one, and no failing file names it.
+    assert main(["fuzz", "--first", "5", "--count", "1", "--seed", "1", "--strategy", "rgd", "--strategy", "static",
+                 "--hindsight", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("## Fuzz: 1 scenarios x 2 strategies and the hindsight reference, seed 1")
+    assert "- hindsight (reference):" in out
+    rows: dict[str, str] = {}
+    for line in out.splitlines():
+        if line.startswith("| "):
+            rows.setdefault(line.split("|")[1].strip(), line)  # the first table's
+    assert rows["hindsight"].split("|")[5].strip().endswith("/ 0.0")  # overshoot max
+    assert not rows["rgd"].split("|")[5].strip().endswith("/ 0.0")
+    assert "PASS no other strategy beats rgd on worst overshoot" in out
+    assert "beaten by" not in out
+    for path in (tmp_path / "failing").glob("*.yaml"):
+        assert "# hindsight" not in path.read_text()
