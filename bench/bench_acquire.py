@@ -35,7 +35,6 @@ import platform
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
+
+import redis
 
 from rgd.embedded_broker import free_port, process_alive
 
@@ -246,39 +247,23 @@ def wait_ready(server: Server, url: str, timeout: float) -> None:
 
 # -- redis -------------------------------------------------------------------------------
 
-def redis_command(port: int, *args: str, timeout: float = 2.0) -> bytes:
-    """One RESP command on a fresh connection; returns a simple reply's line or a bulk reply's bytes."""
-    payload = f"*{len(args)}\r\n".encode() + b"".join(
-        f"${len(a.encode())}\r\n".encode() + a.encode() + b"\r\n" for a in args)
-    with socket.create_connection((HOST, port), timeout=timeout) as s:
-        s.sendall(payload)
-        reply = b""
-        while b"\r\n" not in reply and len(reply) < 4096:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            reply += chunk
-        head, _, rest = reply.partition(b"\r\n")
-        if not head.startswith(b"$") or head == b"$-1":
-            return head
-        size = int(head[1:])
-        while len(rest) < size + 2 and len(rest) < 1 << 20:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            rest += chunk
-        return rest[:size]
+def redis_client(port: int, timeout: float = 2.0) -> redis.Redis:
+    """redis-py's client for our own probes of redis-server (PING, INFO): the limits server
+    under test speaks to it through limits' own storage."""
+    return redis.Redis(host=HOST, port=port, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+# Connection housekeeping, ours or a client library's (redis-py sends CLIENT SETINFO on each
+# connection, coredis HELLO): not the rate-limiting work the count is evidence of.
+_HOUSEKEEPING = ("cmdstat_ping", "cmdstat_info", "cmdstat_command", "cmdstat_hello", "cmdstat_client")
 
 
 def redis_calls(port: int) -> int:
-    """Commands redis-server ran for clients other than PING/INFO/DBSIZE: proof limits used it."""
-    stats = redis_command(port, "INFO", "commandstats").decode()
-    calls = 0
-    for line in stats.splitlines():
-        name, _, rest = line.partition(":")
-        if name.startswith("cmdstat_") and name not in ("cmdstat_ping", "cmdstat_info", "cmdstat_command"):
-            calls += int(rest.split("calls=", 1)[1].split(",", 1)[0])
-    return calls
+    """Commands redis-server ran beyond connection housekeeping: proof limits used it."""
+    with redis_client(port) as client:
+        stats = client.info("commandstats")
+    return sum(int(fields["calls"]) for name, fields in stats.items()
+               if not name.startswith(_HOUSEKEEPING))
 
 
 def start_redis(work: Path, cpu: int | None) -> tuple[Server, int]:
@@ -291,10 +276,11 @@ def start_redis(work: Path, cpu: int | None) -> tuple[Server, int]:
         if not server.alive():
             raise RuntimeError(f"redis-server exited: {server.log_tail()}")
         try:
-            if redis_command(port, "PING") == b"+PONG":
-                return server, port
-        except OSError:
-            pass
+            with redis_client(port) as client:
+                if client.ping():
+                    return server, port
+        except (redis.ConnectionError, redis.TimeoutError):
+            pass  # not listening yet
         time.sleep(0.1)
     server.stop()
     raise RuntimeError("redis-server did not answer PING within 15s")
@@ -547,7 +533,8 @@ class Run:
               f"  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms  server CPU {r.server_cpu_pct:3.0f}%"
               f"  non-2xx {r.non_2xx}  [{r.check}]", flush=True)
 
-    def run_all(self, cases: list[Case], loops: list[str], redis: Server | None, redis_port: int | None) -> None:
+    def run_all(self, cases: list[Case], loops: list[str], redis_server: Server | None,
+                redis_port: int | None) -> None:
         """Start every server the cases need (an idle one costs its core nothing
         measurable: an idle rgd daemon uses 0.2 % of a CPU), then run the cases in
         order, each under every loop back to back, --rounds times. The caller stops the servers."""
@@ -558,7 +545,7 @@ class Run:
                 server, url = start_server(kind, loop, self.work, a.server_cpu, redis_port, a.ready_timeout)
                 self.servers.append(server)
                 # CPU charged to a case: its server's processes; redis-server's too for limits
-                pids = server.cpu_pids() + (redis.cpu_pids() if kind == "limits" and redis else [])
+                pids = server.cpu_pids() + (redis_server.cpu_pids() if kind == "limits" and redis_server else [])
                 urls[(kind, loop)] = (url, pids)
         for round_ in range(1, a.rounds + 1):
             # Odd rounds in list order, even rounds reversed (A B, then B A): a ratio's
@@ -839,12 +826,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rgd-bench-") as tmp:
         run = Run(a, Path(tmp), gen, generator)
-        redis: Server | None = None
+        redis_server: Server | None = None
         try:
             redis_port = None
             if any(c.server == "limits" for c in cases):
-                redis, redis_port = start_redis(Path(tmp), a.server_cpu)
-            run.run_all(cases, loops, redis, redis_port)
+                redis_server, redis_port = start_redis(Path(tmp), a.server_cpu)
+            run.run_all(cases, loops, redis_server, redis_port)
             if redis_port is not None:
                 calls = redis_calls(redis_port)
                 if calls == 0:
@@ -853,8 +840,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for s in list(run.servers):
                 s.stop()
-            if redis is not None:
-                redis.stop()
+            if redis_server is not None:
+                redis_server.stop()
     best = best_of_rounds(run.results)
     all_ratios = {loop: ratios(best, run.results, loop, a.batch) for loop in loops}
     for loop in loops:

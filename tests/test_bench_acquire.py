@@ -37,11 +37,11 @@ def _rows(stdout: str) -> dict[str, tuple]:
 
 
 def test_full_benchmark_tiny_mode(tmp_path: Path) -> None:
-    # README command 2 installs all four (scripts/system-deps.sh, the bench extra):
+    # README command 2 installs every one (scripts/system-deps.sh, the bench extra):
     # a missing one is a broken setup, so it fails here instead of skipping.
     for tool in ("wrk", "redis-server"):
         assert shutil.which(tool), f"{tool} is not installed: run scripts/system-deps.sh"
-    for module in ("limits", "coredis"):
+    for module in ("limits", "coredis", "redis"):
         assert importlib.util.find_spec(module), f"{module} is missing: pip install -e '.[bench]'"
     out = tmp_path / "bench.json"
     # 4 connections: limits+Redis answers a batch of 100 in tens of ms, so every case
