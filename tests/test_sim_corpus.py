@@ -187,8 +187,9 @@ def test_rgd_floors_on_the_corpus() -> None:
     assert worst <= 10.0, figures  # the target; measured 7.0 % (case 20)
 
 
-@pytest.mark.xfail(strict=True, reason="issue targets not yet met on the corpus: "
-                   "windows >= 95 % utilization 0.9856 (all), changes within 5 ticks 0.996 (all)")
+@pytest.mark.xfail(strict=True, reason="issue targets not met on the corpus, and not all able to hold within the "
+                   "fuzz's bounds (sim/README, 'What cannot hold within these bounds'): windows >= 95 % "
+                   "utilization 0.9827 (all), changes within 5 ticks 0.996 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")
     strict = _strict(cs)
