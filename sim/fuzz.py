@@ -39,9 +39,9 @@ from sim.metrics import Metrics, evaluate
 from sim.scenario import Scenario, parse
 
 __all__ = [
-    "BOUNDS", "TARGETS", "CaseResult", "FuzzReport", "StrategyFigures", "Targets", "draw_document",
-    "draw_scenario", "failures", "figures", "judge_case", "run_case", "run_fuzz", "summarize", "target_lines",
-    "write_failure",
+    "BOUNDS", "HINDSIGHT", "TARGETS", "CaseResult", "FuzzReport", "StrategyFigures", "Targets", "draw_document",
+    "draw_scenario", "failures", "figures", "judge_case", "label", "run_case", "run_fuzz", "summarize",
+    "target_lines", "write_failure",
 ]
 
 BOUNDS: dict[str, Any] = {
@@ -474,6 +474,11 @@ def judge_case(scenario: Scenario, m: Metrics, seconds: float) -> CaseResult:
 HINDSIGHT = "hindsight"
 
 
+def label(strategy: str) -> str:
+    """How summaries and failing files name a row: the reference says it is one."""
+    return f"{strategy} (reference)" if strategy == HINDSIGHT else strategy
+
+
 def run_case(job: tuple[int, int, tuple[str, ...]]) -> list[CaseResult]:
     """Draw scenario (seed, index) and run it under every strategy (a worker's unit of work).
     HINDSIGHT among them replays the run of the strategy before it (any run gives the same
@@ -525,7 +530,7 @@ def write_failure(out_dir: Path, seed: int, index: int, broken: dict[str, list[s
     path = out_dir / f"{doc['name']}.yaml"
     head = [f"# Fuzzed case {index} of seed {seed}; replay: python -m sim {path.name}"]
     for strategy, what in broken.items():
-        head.append(f"# {strategy}: " + "; ".join(what))
+        head.append(f"# {label(strategy)}: " + "; ".join(what))
     path.write_text("\n".join(head) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=120))
     return path
 
@@ -623,9 +628,9 @@ def summarize(report: FuzzReport) -> str:
     per = _per_strategy(report.cases)
     figs = {s: figures(per.get(s, [])) for s in report.strategies}
     n = report.count
-    real = [s for s in report.strategies if s != HINDSIGHT]
+    real = len(report.strategies) - (HINDSIGHT in figs)
     lines = [
-        f"## Fuzz: {n} scenarios x {len(real)} strategies{' and the hindsight reference' if len(real) < len(figs) else ''}"
+        f"## Fuzz: {n} scenarios x {real} strategies{' and the hindsight reference' if HINDSIGHT in figs else ''}"
         f", seed {report.seed} (bounds and definitions: sim/README.md)",
         "",
         "| strategy | changes | converge p50 / p95 / max (ticks) | <= 3 ticks | overshoot p50 / p95 / p99 / max % "
@@ -654,8 +659,7 @@ def summarize(report: FuzzReport) -> str:
                   "shares), which real strategies see when the cut arrives."]
     lines += ["", "Targets (issue: quota quality on workloads nobody tuned for):", ""]
     for s, f in figs.items():
-        label = f"{s} (reference)" if s == HINDSIGHT else s
-        lines += [f"- {label}:"] + [f"  - {t}" for t in target_lines(f)]
+        lines += [f"- {label(s)}:"] + [f"  - {t}" for t in target_lines(f)]
     lines += _comparison(figs)
     lines += ["", "Worst overshoot by delivery delay: max % (scenarios over 10 % / scenarios); where the worst tick of "
               "each scenario over 10 % was:", "",
@@ -673,7 +677,7 @@ def summarize(report: FuzzReport) -> str:
         lines.append(f"| {s} | {' | '.join(cells)} | {early} / {len(bad) - early} |")
     lines += [
         "",
-        f"({n} scenarios x {len(real)} strategies{' (and the reference)' if len(real) < len(figs) else ''} "
+        f"({n} scenarios x {real} strategies{' (and the reference)' if HINDSIGHT in figs else ''} "
         f"in {report.wall_seconds:.0f} s wall "
         f"with --jobs {report.jobs}; convergence is per change that moved a dimension's ideal, a change cut "
         f"short by the next before it could show convergence is left out; util and Jain are over every "

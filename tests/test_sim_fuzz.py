@@ -172,7 +172,7 @@ def test_cli_fuzz_rejects_bad_counts(capsys: pytest.CaptureFixture[str]) -> None
 def test_cli_fuzz_hindsight_adds_a_reference_row_left_out_of_the_comparison(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Case 5 of seed 1: the reference never exceeds the quota (rgd: 6.5 %), so it would beat rgd
-    # on worst overshoot were it counted as a strategy; it is not one, and no failing file names it.
+    # on worst overshoot were it counted as a strategy; it is not one.
     assert main(["fuzz", "--first", "5", "--count", "1", "--seed", "1", "--strategy", "rgd", "--strategy", "static",
                  "--hindsight", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -186,5 +186,14 @@ def test_cli_fuzz_hindsight_adds_a_reference_row_left_out_of_the_comparison(
     assert not rows["rgd"].split("|")[5].strip().endswith("/ 0.0")
     assert "PASS no other strategy beats rgd on worst overshoot" in out
     assert "beaten by" not in out
-    for path in (tmp_path / "failing").glob("*.yaml"):
-        assert "# hindsight" not in path.read_text()
+
+
+def test_cli_fuzz_failing_file_names_the_reference_as_one(tmp_path: Path) -> None:
+    # Case 6 of seed 1: rgd and the reference both miss the utilization target there; the
+    # file says which line is the reference's.
+    assert main(["fuzz", "--first", "6", "--count", "1", "--seed", "1", "--strategy", "rgd", "--hindsight",
+                 "--out", str(tmp_path)]) == 0
+    head = [ln for ln in (tmp_path / "failing" / "fuzz-1-0006.yaml").read_text().splitlines() if ln.startswith("# ")]
+    assert head[1].startswith("# rgd: utilization")
+    assert head[2].startswith("# hindsight (reference): utilization")
+    assert len(head) == 3
