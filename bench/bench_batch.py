@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench_acquire as ba  # noqa: E402  (the benchmark's process, CPU and wrk helpers)
 
-from rgd.embedded_broker import free_port  # noqa: E402
+from rgd.transport.embedded_broker import free_port  # noqa: E402
 
 BATCH = 1000
 TARGETS = {"batch_10ns": 1_000_000, "batch_1000ns": 500_000}  # decisions per CPU-second of the daemon
@@ -146,8 +146,8 @@ async def _client_load(url: str, duration: float, callers: int, rate: float, win
     return {"calls": len(latencies), "seconds": round(elapsed, 3), "calls_per_s": round(len(latencies) / elapsed, 1),
             "offered_per_s": rate or None, "requests": stats.requests, "asks_per_request":
             round(stats.asks / stats.requests, 1) if stats.requests else 0, "denied": other["denied"],
-            "not_from_daemon": other["not_daemon"], "late": other["late"], "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
-            "p999_ms": pct(99.9)}
+            "not_from_daemon": other["not_daemon"], "late": other["late"], "p50_ms": pct(50), "p90_ms": pct(90),
+            "p99_ms": pct(99), "p999_ms": pct(99.9)}
 
 
 def client_main(argv: list[str]) -> int:
@@ -216,7 +216,7 @@ class Bench:
         out = subprocess.run(ba.pinned(cmd, self.a.client_cpu), capture_output=True, text=True, timeout=timeout,
                              env=env, cwd=ba.REPO)
         cpu = self.cpu() - cpu0
-        return ba._summary_line(out, shlex.join(cmd[:3])), cpu
+        return ba.summary_line(out, shlex.join(cmd[:3])), cpu
 
     # 1. wrk: the maximum and the CPU cost per decision
     def wrk_stage(self, rnd: int) -> None:
@@ -336,7 +336,8 @@ def summarize(out: dict[str, Any]) -> dict[str, Any]:
                       if get[("tcp", p, body)][key]]
             fig[f"unix_over_tcp_{body}_{label}"] = {
                 "value": round(statistics.median(ratios), 3) if ratios else None,
-                "unix": [get[("unix", p, body)][key] for p in pairs], "tcp": [get[("tcp", p, body)][key] for p in pairs]}
+                "unix": [get[("unix", p, body)][key] for p in pairs],
+                "tcp": [get[("tcp", p, body)][key] for p in pairs]}
         for transport in ("tcp", "unix"):
             fig[f"{transport}_{body}_latency_ms"] = {
                 "p50": statistics.median(get[(transport, p, body)]["p50_us"] / 1000 for p in pairs),
@@ -399,10 +400,12 @@ def print_summary(fig: dict[str, Any]) -> None:
     if "client_calls_per_s" in fig:
         c, r = fig["client_calls_per_s"], fig["client_over_raw_batch_per_cpu_s"]
         print(f"  rgd.client, one process        {c['value']:,.0f} decisions/s ({c['asks_per_request']:.0f} asks per "
-              f"request); daemon {r['client']:,.0f} dec/CPU-s = {r['value']:.2f}x raw batch_10ns ({r['raw_batch_10ns']:,.0f})")
+              f"request); daemon {r['client']:,.0f} dec/CPU-s = {r['value']:.2f}x raw batch_10ns "
+              f"({r['raw_batch_10ns']:,.0f})")
         for share in CLIENT_LOADS:
             f = fig[f"client_call_latency_at_{int(share * 100)}pct"]
-            print(f"  client call at {share:>4.0%} ({f['calls_per_s']:>8,.0f}/s, {f['asks_per_request']:>4.0f} asks/request)"
+            print(f"  client call at {share:>4.0%} ({f['calls_per_s']:>8,.0f}/s, "
+                  f"{f['asks_per_request']:>4.0f} asks/request)"
                   f": p50 {f['p50_ms']:.3f} ms  p99 {f['p99_ms']:.3f} ms  p99.9 {f['p999_ms']:.3f} ms")
 
 
@@ -466,8 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("# 3. latency at 50 % of the maximum from stage 1 (bench/raw_load.py, open loop)", flush=True)
                 bench.latency_stage()
             if "client" not in skip:
-                print(f"# 4. rgd.client, {a.client_callers} callers in one process, window {a.client_window * 1000:g} ms",
-                      flush=True)
+                print(f"# 4. rgd.client, {a.client_callers} callers in one process, "
+                      f"window {a.client_window * 1000:g} ms", flush=True)
                 bench.client_stage()
         finally:
             for server in (bench.server, bench.trivial):

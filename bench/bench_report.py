@@ -1,4 +1,4 @@
-"""Benchmark of the Spark fairness report (issue 5): group rows per second, end to end.
+"""Benchmark of the Spark fairness report: group rows per second, end to end.
 
 Usage:
     python bench/bench_report.py [--scale 1.0] [--daemons 100] [--groups 100] [--ticks 3600]
@@ -19,7 +19,7 @@ sequence numbers it saw, so no reader of the logs can count it: the
 generator counts those apart (`receipts_lost` is the total it dropped).
 
 Baseline, in the same run: a plain single-process Python decode of the same
-segments with the protobuf library (`rgd.report.decode.decode_segment_python`:
+segments with the protobuf library (`rgd.fairness.decode.decode_segment_python`:
 frames read and CRC-checked by rgd.usage_log, every report parsed, every group
 field touched, no analysis at all). It is timed on a sample of segments spread
 over the set and its rate applied to the whole (`--baseline-segments 0` times
@@ -41,9 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from make_logs import generate  # noqa: E402
+from make_logs import generate
 
-from rgd.report.decode import decode_segment_python  # noqa: E402
+from rgd.fairness.decode import decode_segment_python
 
 
 def ensure_logs(logs: Path, daemons: int, groups: int, ticks: int, segment_mib: int) -> dict:
@@ -53,7 +53,8 @@ def ensure_logs(logs: Path, daemons: int, groups: int, ticks: int, segment_mib: 
     if info_path.exists():
         info = json.loads(info_path.read_text())
         if info.get("params") == want and "receipts_lost_between_heard" in info:
-            print(f"[bench] reusing {logs} ({info['bytes'] / 1e9:.2f} GB, {info['segments']} segments)", file=sys.stderr)
+            print(f"[bench] reusing {logs} ({info['bytes'] / 1e9:.2f} GB, {info['segments']} segments)",
+                  file=sys.stderr)
             return info
     if logs.exists():
         shutil.rmtree(logs)
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(a.logs) / f"d{a.daemons}-g{a.groups}-t{ticks}"
     info = ensure_logs(logs, a.daemons, a.groups, ticks, a.segment_mib)
 
-    from rgd.report.job import run_report
+    from rgd.fairness.job import run_report
 
     t0 = time.perf_counter()
     summary = run_report(str(logs), a.out, master=a.master, progress=True)

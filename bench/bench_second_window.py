@@ -1,4 +1,4 @@
-"""What a small share's 1-second window (rgd/second_window.py) costs the limiter's hot path.
+"""What a small share's 1-second window (rgd/limiting/second_window.py) costs the limiter's hot path.
 
     .venv/bin/python bench/bench_second_window.py [--asks 200000] [--rounds 5]
 
@@ -17,9 +17,9 @@ import statistics
 import sys
 import time
 
-import rgd.limiter as limiter_module
-from rgd.groups import ResourceGroup
-from rgd.token_bucket import INF
+import rgd.limiting.limiter as limiter_module
+from rgd.config.groups import ResourceGroup
+from rgd.limiting.token_bucket import INF
 
 
 def _no_window(burst_seconds: float, rate: float, unit: float) -> float:

@@ -27,7 +27,7 @@ from limits.aio.storage import RedisStorage
 from limits.aio.strategies import FixedWindowRateLimiter, RateLimiter, SlidingWindowCounterRateLimiter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trivial_server import base_parser, readyz, run, serve  # noqa: E402
+from trivial_server import base_parser, readyz, run, serve
 
 STRATEGIES = {"fixed": FixedWindowRateLimiter, "sliding": SlidingWindowCounterRateLimiter}
 LIMITER = web.AppKey("limiter", RateLimiter)

@@ -34,12 +34,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rgd.report.decode import CRC_TABLES, crc32, njit  # noqa: E402
-from rgd.report.fairness import max_min_fair  # noqa: E402
-from rgd.usage_log.frame import encode_frame  # noqa: E402
-from rgd.usage_log.segment import closed_name  # noqa: E402
-from rgd.wire.log_entry_pb2 import LogEntryMetadata  # noqa: E402
-from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport  # noqa: E402
+from rgd.fairness.decode import CRC_TABLES, crc32, njit
+from rgd.fairness.measures import max_min_fair
+from rgd.usage_log.frame import encode_frame
+from rgd.usage_log.segment import closed_name
+from rgd.wire.log_entry_pb2 import LogEntryMetadata
+from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 
 T0_MS = 1_700_000_000_000
 MSG_BYTES = 1000
@@ -127,7 +127,7 @@ class SegmentSink:
     def _open(self) -> None:
         self.first = self.index
         self.tmp = self.directory / f".{self.daemon}-{self.first}.tmp"
-        self.fh = open(self.tmp, "wb", buffering=8 << 20)
+        self.fh = open(self.tmp, "wb", buffering=8 << 20)  # noqa: SIM115 -- kept open across write()s, closed in close()
         self.size = 0
 
     def write(self, data: bytes | memoryview, frames: int) -> None:

@@ -1,7 +1,7 @@
 """Where a daemon's event-loop time and memory go at PIP-82's scale, without the network.
 
-    .venv/bin/python bench/profile_receive.py [--rounds 6] [--profile out.pstats] [--profile-from 1] [--top 25] [--trace]
-                                              [--gc] [--gc-pacing]
+    .venv/bin/python bench/profile_receive.py [--rounds 6] [--profile out.pstats] [--profile-from 1] [--top 25]
+                                              [--trace] [--gc] [--gc-pacing]
 
 Drives the real receive path (ClusterNode.receive: decode_report, check_plausible, the
 keeper's fold), the tick (tick_report) and the calculator (recompute) of one ClusterNode
@@ -14,7 +14,7 @@ stretch wall time, not this) and with --trace the traced memory (usage map and a
 cProfile of the whole run (the top functions by own time are printed as well).
 With --gc, the garbage collector's pauses over the settled rounds, per generation (a full
 collection walks the whole heap on the event loop that answers brokers); with --gc-pacing,
-the node's heap is paced as `rgd run` paces it (rgd.gc_pacing: after each tick), and the
+the node's heap is paced as `rgd run` paces it (rgd.daemon.gc_pacing: after each tick), and the
 pacing step's own time is printed too. Compare `--gc` with `--gc --gc-pacing`.
 To compare with an older revision, copy this file into that tree's bench/ and run it there.
 """
@@ -33,15 +33,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_probe import Peer, _entry, layout  # noqa: E402
+from scale_probe import Peer, _entry, layout
 
-from rgd.cluster_node import ClusterNode, NodeConfig  # noqa: E402
-from rgd.groups import ResourceGroup  # noqa: E402
+from rgd.cluster.node import ClusterNode, NodeConfig
+from rgd.config.groups import ResourceGroup
+
 try:
-    from rgd.report_codec import group_key_bytes  # noqa: E402
+    from rgd.cluster.report_codec import group_key_bytes
 except ImportError:  # a revision before the report index (copied into an older tree to compare)
     group_key_bytes = None
-from sim.scale import group_name, namespace_name  # noqa: E402
+from sim.scale import group_name, namespace_name
 
 
 class GcPauses:
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     pacer = None
     pacing_steps: list[float] = []
     if ns.gc_pacing:
-        from rgd.gc_pacing import GcPacer
+        from rgd.daemon.gc_pacing import GcPacer
 
         pacer = GcPacer()
         pacer.start()

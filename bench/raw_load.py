@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--body-file", required=True)
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--connections", type=int, default=32)
-    p.add_argument("--rate", type=float, default=0.0, help="requests/s, open loop (0: closed loop, as fast as answered)")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="requests/s, open loop (0: closed loop, as fast as answered)")
     a = p.parse_args(argv)
     if not (a.target.startswith("unix:") or a.target.startswith("tcp:127.0.0.1:")):
         p.error("--target: loopback TCP or a unix socket only")

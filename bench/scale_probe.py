@@ -39,7 +39,7 @@ issue's bounds:
 The daemon's core is its own: the broker, the peers' publishing and the load run on the
 other cores. Runs of one tree differ by ~5 % in CPU on this machine: compare several runs,
 or a baseline in the same run. (Runs that differed by 15 % from the first second on were
-the daemon's: its first round of reports folded 4 000 groups too many, rgd.report_codec.FoldScope.)
+the daemon's: its first round of reports folded 4 000 groups too many, rgd.cluster.report_codec.FoldScope.)
 Everything it starts is stopped at the end, also on errors.
 """
 
@@ -51,8 +51,8 @@ import json
 import logging
 import multiprocessing
 import os
-import shutil
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,11 +68,11 @@ import aiohttp
 import pulsar
 import yaml
 
-from rgd.daemon_process import DaemonProcess
-from rgd.embedded_broker import start_or_join
-from rgd.report_builder import drop_silent_kinds
-from rgd.report_codec import group_key_bytes
-from rgd.settings import DEFAULT_TOPIC
+from rgd.cluster.report_builder import drop_silent_kinds
+from rgd.cluster.report_codec import group_key_bytes
+from rgd.config.settings import DEFAULT_TOPIC
+from rgd.devtools.daemon_process import DaemonProcess
+from rgd.transport.embedded_broker import start_or_join
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 from sim.scale import ScaleSpec, daemon_id, group_name, members_of, namespace_name
 
@@ -106,7 +106,7 @@ def layout(peers: int, per_daemon: int) -> tuple[list[int], dict[int, list[int]]
 
 def _entry(g: int, rng: random.Random) -> bytes:
     """One group entry as a peer reports it (the fields rgd fills, the kinds it leaves out
-    left out: rgd.report_builder.drop_silent_kinds), serialized."""
+    left out: rgd.cluster.report_builder.drop_silent_kinds), serialized."""
     demand = int(rng.uniform(50, 2000))
     adm = int(demand * 0.9)
     gu = GroupUsage(group=group_name(g), namespaces=[namespace_name(g)], topics=3)
@@ -126,7 +126,7 @@ def _entry(g: int, rng: random.Random) -> bytes:
 class Peer:
     index: int
     entries: list[list[bytes]]  # two value sets, alternating by round
-    keys: list[bytes]  # each entry's index key (rgd.report_codec.group_key_bytes), as rgd senders fill it
+    keys: list[bytes]  # each entry's index key (rgd.cluster.report_codec.group_key_bytes), as rgd senders fill it
     incarnation: int
     sequence: int = 0
 
@@ -275,7 +275,8 @@ def scrape(url: str) -> tuple[float, dict[str, float]]:
     took = time.monotonic() - started
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith(("rgd_tick_seconds_", "rgd_react_seconds_", "rgd_quota_calculation_seconds_")) and "{" not in line:
+        if (line.startswith(("rgd_tick_seconds_", "rgd_react_seconds_", "rgd_quota_calculation_seconds_"))
+                and "{" not in line):
             name, value = line.split()
             out[name] = float(value)
         elif line.startswith(("rgd_serving_link_seconds_total", "rgd_serving_gc_seconds_total")):
@@ -316,7 +317,7 @@ async def ask_load(url: str, groups: list[int], rate: float, seconds: float, fig
                     if resp.status != 200:
                         figures.errors += 1
                 figures.latencies.append(time.monotonic() - due)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 figures.timeouts += 1
                 figures.latencies.append(max(ASK_TIMEOUT_S, time.monotonic() - due))
             except aiohttp.ClientError:
@@ -359,7 +360,7 @@ async def feed_usage(url: str, groups: list[int], seconds: float, figures: Figur
                     async with session.post(url + "/v1/usage", json=body) as resp:
                         await resp.read()
                         figures.usage_posts += 1
-                except (aiohttp.ClientError, asyncio.TimeoutError):
+                except (TimeoutError, aiohttp.ClientError):
                     figures.errors += 1
 
 
@@ -437,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the core the daemon is pinned to (default: the last)")
     p.add_argument("--baseline", metavar="GIT_REV", help="first run the daemon of this revision (git archive into "
                    "a scratch directory) the same way, and compare")
-    p.add_argument("--daemon-arg", action="append", default=[], help="extra `rgd run` flag for this tree's daemon (repeatable; --daemon-arg=--flag=value)")
+    p.add_argument("--daemon-arg", action="append", default=[], help="extra `rgd run` flag for this tree's daemon "
+                   "(repeatable; --daemon-arg=--flag=value)")
     p.add_argument("--baseline-arg", action="append", default=[], help="extra `rgd run` flag for the baseline's "
                    "daemon (repeatable; --baseline-arg=--cluster-thread compares a layout with itself)")
     p.add_argument("--out", help="also write the figures as JSON here")
@@ -496,9 +498,9 @@ def _default_codec(code: Path | None) -> str:
     baseline's (read there, as its daemon imports it: the baseline's bounds were judged
     on uncompressed bytes before); "none" for a revision without the setting."""
     if code is None:
-        from rgd.settings import Settings
+        from rgd.config.settings import Settings
         return Settings().report_compression
-    out = subprocess.run([sys.executable, "-c", "from rgd.settings import Settings; "
+    out = subprocess.run([sys.executable, "-c", "from rgd.config.settings import Settings; "
                           "print(getattr(Settings(), 'report_compression', 'none'))"],
                          cwd=code, capture_output=True, text=True, timeout=60)
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "none"
@@ -749,7 +751,8 @@ def print_result(r: dict) -> None:
     if not r["ticks"]:
         print("no tick figures: /metrics did not answer within "
               f"{ASK_TIMEOUT_S:.0f} s, also 30 s after the peers stopped")
-    print(f"acquire p50 {r['acquire_p50_ms']:.1f} ms; ticks {r['ticks']}: rgd_tick_seconds mean {_ms(r['tick_mean_ms'])}, "
+    print(f"acquire p50 {r['acquire_p50_ms']:.1f} ms; ticks {r['ticks']}: "
+          f"rgd_tick_seconds mean {_ms(r['tick_mean_ms'])}, "
           f"reacts {_ms(r['react_ms_per_tick'])} per tick, calculator (in ticks and reacts, on or off the loop) "
           f"{_ms(r['calc_ms_per_tick'])} per tick; /metrics worst {r['metrics_max_s']:.2f} s")
     if r.get("serving_cpu_ms_per_tick") is not None:

@@ -7,7 +7,7 @@ remaining messages and bytes), with no validation and no rate limiting.
 rgd's single-ask throughput is held to >= 80 % of this.
 
 The server plumbing (`serve`, `run`) is shared with limits_redis_server.py and
-copies rgd.daemon's production setup: AppRunner without an access log, TCPSite
+copies rgd.daemon.wiring's production setup: AppRunner without an access log, TCPSite
 with a 1024 backlog, so the only difference measured is the handler.
 
     python bench/trivial_server.py --listen 127.0.0.1:8081 [--uvloop]
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from typing import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 
 import orjson
 from aiohttp import web
@@ -44,7 +44,7 @@ def host_port(listen: str) -> tuple[str, int]:
 
 async def serve(app: web.Application, listen: str,
                 on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT, set up exactly as rgd.daemon sets up its HTTP server."""
+    """Serve until SIGTERM/SIGINT, set up exactly as rgd.daemon.wiring sets up its HTTP server."""
     host, port = host_port(listen)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
