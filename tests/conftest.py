@@ -1,4 +1,8 @@
-"""Shared fixtures: a real pulsar-lite broker per test session, daemons on loopback.
+"""Fixtures of every tier: a real pulsar-lite broker per test session, daemons on loopback.
+
+Helpers (write_config, base_url, wait_for) are in tests/support/live.py; the fixtures
+here are pytest's, so `pytest tests/unit` loads this file too (and starts nothing:
+the broker starts only for a test that asks for it).
 
 Every test gets its own report and config topics, so daemons of different
 tests never hear each other even though they share the broker.
@@ -6,25 +10,26 @@ tests never hear each other even though they share the broker.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
-import aiohttp
 import pytest
-import yaml
 from hypothesis import settings as hypothesis_settings
 
-from rgd.config_file import load_config
-from rgd.daemon import Daemon
-from rgd.embedded_broker import EmbeddedBroker, start_or_join
-from rgd.settings import Settings, validate
+from tests.support.live import wait_for
+
+if TYPE_CHECKING:  # imported where used, so the unit tier does not load the daemon and Pulsar's client
+    import aiohttp
+
+    from rgd.daemon.wiring import Daemon
+    from rgd.transport.embedded_broker import EmbeddedBroker
 
 # Property tests draw the same examples on every run of the suite (derandomize): the suite
 # is the gate every change must pass, and a property that fails on one draw in a thousand
-# made a green tree red at random (stop 27: a wrong model of the ten-message floor, found
+# made a green tree red at random (once: a wrong model of the ten-message floor, found
 # on CI only). Exploring is a separate, deliberate run with fresh draws:
 #     HYPOTHESIS_PROFILE=explore .venv/bin/python -m pytest tests/test_batch_semantics.py ...
 # and what it finds becomes an explicit example in the test.
@@ -35,6 +40,8 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gate"))
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedBroker:
+    from rgd.transport.embedded_broker import start_or_join
+
     b = start_or_join(tmp_path_factory.mktemp("broker"))
     yield b
     b.stop()
@@ -49,16 +56,15 @@ def topics() -> dict[str, str]:
     }
 
 
-def write_config(path: Path, groups: dict, namespaces: dict | None = None, tenants: dict | None = None) -> Path:
-    path.write_text(yaml.safe_dump({"resourcegroups": groups, "namespaces": namespaces or {}, "tenants": tenants or {}}))
-    return path
-
-
-DaemonFactory = Callable[..., Awaitable[Daemon]]
+DaemonFactory = Callable[..., Awaitable["Daemon"]]
 
 
 @pytest.fixture
 async def make_daemon(broker: EmbeddedBroker, topics: dict[str, str], tmp_path: Path) -> AsyncIterator[DaemonFactory]:
+    from rgd.config.file import load_config
+    from rgd.config.settings import Settings, validate
+    from rgd.daemon.wiring import Daemon
+
     started: list[Daemon] = []
 
     async def factory(daemon_id: str = "d1", config: Path | None = None, ready: bool = True, **overrides) -> Daemon:
@@ -82,17 +88,7 @@ async def make_daemon(broker: EmbeddedBroker, topics: dict[str, str], tmp_path: 
 
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    import aiohttp
+
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
         yield s
-
-
-def base_url(d: Daemon) -> str:
-    return f"http://127.0.0.1:{d.bound_port}"
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(interval)

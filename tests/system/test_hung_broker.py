@@ -1,0 +1,199 @@
+"""A broker that freezes with its connections open (SIGSTOP) is an outage, told by our own
+reports no longer coming back: not ready with the reason, rgd_broker_connected 0, the safe
+share after the grace, no peer evicted for a silence that is the broker's, and a clean
+recovery on SIGCONT. The bookkeeping and the eviction rule are also tested as pure logic."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from rgd.cluster.node import ClusterNode, NodeConfig
+from rgd.config.groups import ResourceGroup
+from rgd.config.settings import Settings
+from rgd.transport import session as transport
+from rgd.transport.broker_liveness import ECHO_DEADLINE_MIN_S, BrokerLiveness, echo_deadline
+from rgd.transport.embedded_broker import start_or_join
+from rgd.transport.session import CLOSE_TIMEOUT, PulsarSession
+from rgd.wire.usage_report_pb2 import UsageReport
+from tests.support.cluster_harness import Cluster, wait_until
+from tests.support.fake_clock import FakeClock
+
+QUOTA = 300.0
+TICK = 0.5
+
+
+def test_echo_deadline_is_a_tick_and_a_half_with_a_floor() -> None:
+    assert echo_deadline(1.0) == 1.5
+    assert echo_deadline(2.5) == 3.75
+    assert echo_deadline(0.1) == ECHO_DEADLINE_MIN_S
+
+
+def test_a_report_not_back_within_the_deadline_makes_the_broker_unresponsive() -> None:
+    live = BrokerLiveness(deadline=1.0, heard_at=0.0)
+    assert live.unresponsive(50.0) is None  # nothing awaited: nothing to tell
+    live.published(1, 10.0)
+    assert live.unresponsive(11.0) is None  # exactly the deadline: still in time
+    live.echoed(1, 10.02)
+    assert live.unresponsive(30.0) is None and live.heard_at == 10.02
+    live.published(2, 11.0)
+    live.published(3, 12.0)
+    reason = live.unresponsive(12.5)
+    assert reason is not None and "report 2" in reason  # the oldest one awaited
+    assert "2.5 s" in reason  # silent since the echo at 10.02
+    live.echoed(3, 12.6)  # 2 was lost on the way (non-persistent topic), 3 came back: in order
+    assert live.unresponsive(12.6) is None
+
+
+def test_a_new_session_awaits_nothing_and_counts_as_heard() -> None:
+    live = BrokerLiveness(deadline=1.0, heard_at=0.0)
+    live.published(1, 1.0)
+    assert live.unresponsive(5.0) is not None
+    live.reset(5.0)
+    assert live.unresponsive(9.0) is None and live.heard_at == 5.0
+
+
+def test_many_reports_awaited_keep_memory_bounded_and_the_verdict() -> None:
+    live = BrokerLiveness(deadline=1.0, heard_at=0.0)
+    for seq in range(1, 10_001):
+        live.published(seq, seq * 0.01)
+    assert len(live._outstanding) <= 256
+    assert live.unresponsive(101.0) is not None  # the oldest kept is still far past the deadline
+
+
+def _heartbeat(sender: str, sequence: int, at: float) -> bytes:
+    return UsageReport(daemon_id=sender, sequence=sequence, publish_time_ms=int(at * 1000), tick_ms=1000,
+                       incarnation=1).SerializeToString()
+
+
+def test_silence_counts_only_up_to_when_our_own_reports_last_came_back() -> None:
+    clock = FakeClock()
+    g = ResourceGroup("g", publish_msgs=300)
+    n = ClusterNode(NodeConfig("a", ttl_ticks=3), 1, clock, lambda now: int(now * 1000), lambda: {"g": g})
+    last_word = clock.t
+    n.receive(_heartbeat("b", 1, clock.t), None, clock.t)
+    clock.t += 10.0  # b silent for 10 s...
+    # ...but our own reports stopped coming back half a second after b's last word: the
+    # topic was silent too, so for all we know b spoke for 0.5 s only.
+    assert n.upkeep(clock.t, last_word + 0.5) == []
+    assert n.upkeep(clock.t, last_word + 2.9) == []  # 2.9 s of b's silence heard: under the 3 s TTL
+    assert n.members() == {"a", "b"}
+    assert n.upkeep(clock.t, last_word + 3.1) == ["b"]  # the topic carried ours 3.1 s on: b's silence
+    assert n.members() == {"a"}
+
+
+def test_a_backlog_delivered_after_an_outage_does_not_count_as_delivery_delay() -> None:
+    clock = FakeClock()
+    g = ResourceGroup("g", publish_msgs=300)
+    n = ClusterNode(NodeConfig("a"), 1, clock, lambda now: int(now * 1000), lambda: {"g": g})
+    clock.t += 1.0  # hearing since the start
+    n.receive(_heartbeat("b", 1, clock.t - 0.02), None, clock.t)
+    assert list(n.delay.samples["b"]) == [pytest.approx(0.02)]
+    n.set_hearing(False, clock.t)
+    clock.t += 15.0  # the broker was frozen; on resuming it delivers what b published meanwhile
+    n.receive(_heartbeat("b", 2, clock.t - 14.0), None, clock.t)  # folded while still deaf
+    n.set_hearing(True, clock.t)
+    clock.t += 0.01
+    n.receive(_heartbeat("b", 3, clock.t - 5.0), None, clock.t)  # the rest of the backlog
+    assert list(n.delay.samples["b"]) == [pytest.approx(0.02)]  # the outage is not a delivery delay
+    assert n.delay.seconds() == pytest.approx(0.02)
+    clock.t += 1.0
+    n.receive(_heartbeat("b", 4, clock.t - 0.03), None, clock.t)  # published since: a real delay
+    assert list(n.delay.samples["b"]) == [pytest.approx(0.02), pytest.approx(0.03)]
+
+
+def _put(url: str, doc: dict) -> int:
+    req = urllib.request.Request(url, json.dumps(doc).encode(), {"Content-Type": "application/json"}, method="PUT")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.fixture
+def own_broker(tmp_path):
+    b = start_or_join(tmp_path / "hung-broker")
+    yield b
+    if b.process is not None and b.process.poll() is None:
+        b.process.send_signal(signal.SIGCONT)
+    b.stop()
+
+
+@pytest.mark.timing
+def test_a_frozen_broker_is_an_outage_and_nobody_is_evicted(own_broker, tmp_path) -> None:
+    c = Cluster(own_broker.url, tmp_path, quota=QUOTA, tick=TICK, extra=["--outage-grace", "2"])
+    try:
+        for d in ("d1", "d2"):
+            c.start(d, wait=False)
+        for d in c.daemons.values():
+            d.wait_ready()
+        wait_until(lambda: all(len(d.get_json("/readyz")[1]["members"]) == 2 for d in c.daemons.values()), 10)
+        own_broker.process.send_signal(signal.SIGSTOP)
+        # A report is published every tick and may take a tick to come back: two ticks,
+        # plus a second for a busy machine.
+        wait_until(lambda: all(d.get_json("/readyz")[0] == 503 for d in c.daemons.values()), 2 * TICK + 1.0)
+        for name, d in c.daemons.items():
+            status, doc = d.get_json("/readyz")
+            assert status == 503 and doc["broker_connected"] is False, doc
+            assert "has not come back" in doc["broker_unresponsive"], doc
+            assert c.metric(name, "rgd_broker_connected") == 0
+            assert c.metric(name, "rgd_broker_unresponsive_total") == 1
+        # After the grace: the safe share, quota / the 2 daemons last known alive.
+        wait_until(lambda: all(c.metric(d, "rgd_safe_share_active") == 1 for d in c.daemons), 2 + 3 * TICK + 2)
+        assert c.local_limit("d1") == c.local_limit("d2") == QUOTA / 2
+        # Far past the TTL (3 ticks) of silence: the silence is the broker's, nobody evicted.
+        for d in c.daemons.values():
+            assert d.get_json("/readyz")[1]["members"] == ["d1", "d2"]
+        assert sum(c.metric(d, "rgd_evictions_total", reason="ttl") for d in c.daemons) == 0
+        # An admin write meanwhile: in force here at once, queued for the others, not held up.
+        started = time.monotonic()
+        status = _put(c.daemons["d1"].url + "/admin/v2/resourcegroups/gold", {"publishRateInMsgs": 200})
+        assert status == 202 and time.monotonic() - started < 2.0
+        own_broker.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: all(d.get_json("/readyz")[0] == 200 for d in c.daemons.values()), 10)
+        for name, d in c.daemons.items():
+            doc = d.get_json("/readyz")[1]
+            assert doc["broker_unresponsive"] is None and doc["members"] == ["d1", "d2"]
+            assert c.metric(name, "rgd_broker_connected") == 1
+            assert c.metric(name, "rgd_broker_reconnects_total") == 1  # the same session went on
+        wait_until(lambda: all(c.metric(d, "rgd_safe_share_active") == 0 for d in c.daemons), 3 * TICK + 2)
+        # The queued change went out once the broker answered again (the same session).
+        wait_until(lambda: c.daemons["d2"].get_json("/admin/v2/resourcegroups/gold")[1].get("publishRateInMsgs")
+                   == 200, 3 * TICK + 2)
+        assert sum(c.metric(d, "rgd_evictions_total", reason="ttl") for d in c.daemons) == 0
+    finally:
+        if own_broker.process.poll() is None:
+            own_broker.process.send_signal(signal.SIGCONT)
+        c.stop_all()
+
+
+async def test_a_session_on_a_frozen_broker_closes_within_its_bound(own_broker, tmp_path) -> None:
+    """A stopping daemon closes its Pulsar session; on a broker that does not answer, each
+    close step gives up after CLOSE_TIMEOUT instead of waiting for a callback that may never
+    come (a test's teardown once hung there for 10 minutes), and the client is kept
+    referenced so the garbage collector never destroys it on one of its own threads."""
+    settings = Settings(id="closer", pulsar_url=own_broker.url, topic=f"non-persistent://public/default/c-{tmp_path.name}",
+                        config_topic=f"persistent://public/default/cc-{tmp_path.name}")
+    session = PulsarSession(own_broker.url, settings, "closer")
+    await session.open()
+    own_broker.process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        await session.close()
+        took = time.monotonic() - started
+    finally:
+        own_broker.process.send_signal(signal.SIGCONT)
+    # Two bounded steps (the two producers, consumer and reader together, then the client).
+    # Unbounded, each waited for the client's 10 s operation timeout: 40 s, past Kubernetes'
+    # default 30 s grace before SIGKILL; bounded one by one, 10 s, past the 10 s `rgd up`
+    # waits after SIGTERM.
+    print(f"close took {took:.2f} s")
+    assert CLOSE_TIMEOUT <= 2.0 and took <= 2 * CLOSE_TIMEOUT + 1.0, took
+    if took > CLOSE_TIMEOUT:  # at least one step hung: its client is kept, never collected
+        assert session.client in transport._UNCLOSED

@@ -1,0 +1,98 @@
+"""Pulsar outage: daemons keep answering from their last shares, fall back to
+quota / daemons-last-known-alive after the grace, say so in /readyz and
+/metrics, reconnect when the broker is back and reconverge."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import statistics
+import time
+
+import pytest
+
+from rgd.devtools.load_generator import Stream, constant, run_streams
+from rgd.transport.embedded_broker import start_or_join
+from tests.support.cluster_harness import Cluster, wait_until
+
+QUOTA = 300.0
+
+
+@pytest.fixture
+def own_broker(tmp_path):
+    b = start_or_join(tmp_path / "outage-broker")
+    yield b
+    b.stop()
+
+
+def test_broker_outage_falls_back_to_safe_share_and_reconverges(own_broker, tmp_path):
+    c = Cluster(own_broker.url, tmp_path, quota=QUOTA, extra=["--outage-grace", "3"])
+    timeline: dict[str, object] = {}
+    try:
+        for d in ("d1", "d2"):
+            c.start(d, wait=False)
+        for d in c.daemons.values():
+            d.wait_ready()
+        t0 = time.monotonic()
+        demands = {"d1": 240.0, "d2": 90.0}
+
+        async def scenario():
+            load = asyncio.create_task(run_streams(
+                [Stream(c.daemons[d].url, f"acme/{d}", constant(r)) for d, r in demands.items()], 32, t0))
+            await asyncio.sleep(5)  # deliberate: the scenario's timeline (the outage 5 s into the load)
+            # The split before the outage: the median of 5 samples over a second, taken off
+            # the loop that drives the load (a blocking read here stalls it, and the load
+            # then catches up in a burst that the daemons rightly answer for a moment).
+            samples = []
+            for _ in range(5):
+                samples.append(await asyncio.to_thread(lambda: {d: c.local_limit(d) for d in demands}))
+                await asyncio.sleep(0.2)
+            timeline["fair_before"] = {d: statistics.median(x[d] for x in samples) for d in demands}
+            own_broker.process.send_signal(signal.SIGKILL)
+            own_broker.process.wait()
+            killed = time.monotonic()
+            # Inside the grace (3 s) the last shares hold: sampled twice, 1.2 s apart. While
+            # deaf a daemon's map is frozen; only its own demand can still move its share.
+            await asyncio.sleep(1.0)
+            timeline["grace_early"] = await asyncio.to_thread(lambda: {d: c.local_limit(d) for d in demands})
+            await asyncio.sleep(1.2)
+            timeline["during_grace"] = await asyncio.to_thread(lambda: {d: c.local_limit(d) for d in demands})
+            timeline["safe_in_grace"] = await asyncio.to_thread(
+                lambda: [c.metric(d, "rgd_safe_share_active") for d in demands])
+            await asyncio.to_thread(wait_until, lambda: all(
+                c.metric(d, "rgd_safe_share_active") == 1 for d in demands), 10)
+            timeline["safe_after_s"] = time.monotonic() - killed
+            timeline["safe"] = {d: c.local_limit(d) for d in demands}
+            timeline["readyz"] = c.daemons["d1"].get_json("/readyz")
+            timeline["connected_metric"] = c.metric("d1", "rgd_broker_connected")
+            await asyncio.sleep(1)  # deliberate: the outage lasts a while longer
+            restarted = start_or_join(tmp_path / "outage-broker", port=own_broker.port)
+            timeline["restarted"] = restarted
+            back = time.monotonic()
+            await asyncio.to_thread(wait_until, lambda: all(
+                d.get_json("/readyz")[0] == 200 for d in c.daemons.values()), 30)
+            timeline["reconnect_s"] = time.monotonic() - back
+            await asyncio.to_thread(wait_until, lambda: abs(c.local_limit("d1") - 210) < 21
+                                    and abs(c.local_limit("d2") - 90) < 9, 10)
+            timeline["reconverged_s"] = time.monotonic() - back
+            return await load
+
+        stats = asyncio.run(scenario())
+        print(f"\noutage timeline: { {k: v for k, v in timeline.items() if k != 'restarted'} }")
+        before, grace, safe = timeline["fair_before"], timeline["during_grace"], timeline["safe"]
+        assert before["d1"] == pytest.approx(210, rel=0.1) and before["d2"] == pytest.approx(90, rel=0.1)
+        # Last shares kept inside the grace: the same at +1 s and +2.2 s. Not compared with
+        # the split before: a report in flight at the kill (a demand blip of the load)
+        # may still have moved both once. One report lost with the broker may leave its
+        # sender counting it as folded by peers that never got it: 1-5 % over at most.
+        assert grace == pytest.approx(timeline["grace_early"], rel=0.1)
+        assert sum(grace.values()) <= QUOTA * 1.05 and timeline["safe_in_grace"] == [0, 0]
+        assert safe == {"d1": 150.0, "d2": 150.0}  # quota / 2 daemons last known alive
+        status, doc = timeline["readyz"]
+        assert status == 503 and doc["broker_connected"] is False and doc["safe_share"] is True
+        assert timeline["connected_metric"] == 0
+        assert all(s.errors == 0 for s in stats)  # every acquire answered throughout
+    finally:
+        c.stop_all()
+        if "restarted" in timeline:
+            timeline["restarted"].stop()

@@ -1,0 +1,52 @@
+"""A report stays under the broker's message limit however many namespaces brokers ask for.
+
+Only namespace lists give way (no peer computes with them); every group entry
+and its figures reach the peers, so no peer drops this daemon from its map.
+
+Here live, two daemons on the real broker; the pure bound is in tests/unit/test_report_bounds.py.
+"""
+
+from __future__ import annotations
+
+from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
+from tests.support.live import base_url, wait_for, write_config
+
+PULSAR_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Pulsar's default maxMessageSize
+
+
+def report(groups: int, namespaces: int, name_len: int = 60) -> UsageReport:
+    r = UsageReport(daemon_id="d", sequence=1, tick_ms=1000, incarnation=1)
+    for g in range(groups):
+        gu = GroupUsage(group=f"group-{g:05d}", topics=3)
+        gu.publish.admitted_messages = g
+        gu.namespaces.extend(f"tenant/{'n' * name_len}-{i:06d}" for i in range(namespaces))
+        r.groups.append(gu)
+    return r
+
+
+def names(r: UsageReport) -> int:
+    return sum(len(g.namespaces) for g in r.groups)
+
+
+async def test_brokers_asking_for_many_namespaces_over_http_stay_in_peers_maps(make_daemon, http, tmp_path) -> None:
+    cfg = write_config(tmp_path / "c.yaml", {"g": {"publishRateInMsgs": 1000}}, tenants={"t": "g"})
+    a = await make_daemon("a", cfg, tick=0.2)
+    b = await make_daemon("b", cfg, tick=0.2)
+    await wait_for(lambda: len(a.node.members()) == 2 and len(b.node.members()) == 2, 15)
+    asked = 3000
+    first_tick = a.ticks
+    for start in range(0, asked, 100):
+        batch = [{"namespace": f"t/ns-{i:05d}", "messages": 1} for i in range(start, start + 100)]
+        async with http.post(base_url(a) + "/v1/acquire", json={"requests": batch}) as r:
+            assert r.status == 200
+    trimmed = a.metrics.report_namespaces_trimmed
+    # However the asks spread over ticks, at most one capped list per tick got through
+    # (each tick's entry changed, so none was suppressed).
+    ticks_asking = a.ticks - first_tick + 2
+    await wait_for(lambda: trimmed._value.get() >= asked - 32 * ticks_asking, 10)
+    assert trimmed._value.get() > 0
+    ticks = a.ticks
+    await wait_for(lambda: a.ticks >= ticks + 5, 10)
+    assert "a" in b.usage_map.groups["g"] and "a" in b.node.members()
+    async with http.get(base_url(a) + "/metrics") as r:
+        assert "rgd_report_namespaces_trimmed_total" in await r.text()

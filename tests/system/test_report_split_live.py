@@ -1,0 +1,50 @@
+"""A report too large for one broker message goes out as consecutive reports; peers hold every entry.
+
+When trimming namespace lists is not enough (tens of thousands of groups with traffic
+on one daemon), ClusterNode splits its report (report_builder.split_points): the head
+keeps its sequence number, continuations take the next ones, and the daemon publishes
+them back to back. Live here: two daemons on the real broker, one whose every tick report is split, the other
+holding all its entries with no report counted lost. The pure cut and ClusterNode on a fake
+clock are in tests/unit/test_report_split.py.
+"""
+
+from __future__ import annotations
+
+import rgd.cluster.node
+from rgd.cluster.node import ClusterNode
+from rgd.wire.usage_report_pb2 import UsageReport
+from tests.support.live import base_url, wait_for, write_config
+
+# The group names of the pure tests (tests/unit/test_report_split.py): 60 groups whose entries
+# overflow the 2 000-byte budget set below.
+GROUPS = [f"group-{i:03d}" for i in range(60)]
+
+
+async def test_peers_hold_every_entry_of_a_daemon_whose_reports_are_split(make_daemon, http, tmp_path,
+                                                                          monkeypatch) -> None:
+    monkeypatch.setattr(rgd.cluster.node, "MAX_REPORT_BYTES", 2_000)
+    published_continuations: list[int] = []
+    take = ClusterNode.take_continuations
+
+    def counting(node: ClusterNode, report: UsageReport) -> list[UsageReport]:
+        parts = take(node, report)
+        if node.node_id == "a" and parts:
+            published_continuations.append(len(parts))
+        return parts
+
+    monkeypatch.setattr(ClusterNode, "take_continuations", counting)
+    groups = {name: {"publishRateInMsgs": 1000} for name in GROUPS}
+    cfg = write_config(tmp_path / "c.yaml", groups, tenants={f"t-{name}": name for name in GROUPS})
+    a = await make_daemon("a", cfg, tick=0.2)
+    b = await make_daemon("b", cfg, tick=0.2)
+    await wait_for(lambda: len(a.node.members()) == 2 and len(b.node.members()) == 2, 15)
+    asks = [{"namespace": f"t-{name}/ns", "messages": 1} for name in GROUPS]
+    async with http.post(base_url(a) + "/v1/acquire", json={"requests": asks}) as r:
+        assert r.status == 200
+    await wait_for(lambda: all("a" in b.usage_map.groups.get(name, {}) for name in GROUPS), 10)
+    ticks = a.ticks
+    await wait_for(lambda: a.ticks >= ticks + 5, 10)
+    assert published_continuations and min(published_continuations) >= 1  # a's reports went out split
+    assert b.metrics.reports_lost._value.get() == 0
+    assert a.metrics.publish_errors._value.get() == 0
+    assert "a" in b.node.members() and "b" in a.node.members()

@@ -1,0 +1,59 @@
+"""A small share's 1-second windows: at most 1.1 s of its rate, or its rate plus one message
+(rgd/limiting/second_window.py).
+
+The oracle is arithmetic on the log of what a Limiter admitted (every half-open window
+[s, s + 1) starting at an admission), not the window's own bookkeeping. Without the
+window a bucket that the ten-message floor made a second of its rate admits up to twice
+its rate in a window.
+
+Its long runs (property searches and long fake-clock runs, each a second or more): pure code,
+but kept out of tests/unit so that tier stays under 20 s; the quick tests are in tests/unit/test_second_window.py.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rgd.config.groups import ResourceGroup
+from rgd.limiting.limiter import Limiter
+
+
+def _run(rate: float, asks: list[tuple[float, int]]) -> tuple[list[tuple[float, int]], list[tuple[float, float]]]:
+    """(time, size) asks through a Limiter's single-ask path: what passed, and each denial's
+    (time, retry_after_s)."""
+    group = ResourceGroup(name="g", publish_msgs=rate)
+    limiter = Limiter(lambda: 0.0)
+    passed, denied = [], []
+    for t, n in asks:
+        d = limiter.acquire(group, "publish", n, 0, "t/ns", now=t)
+        if d.allowed:
+            passed.append((t, n))
+        else:
+            denied.append((t, d.retry_after_s))
+    return passed, denied
+
+
+def _worst_second(log: list[tuple[float, int]]) -> int:
+    """Largest sum admitted within any [s, s + 1), s at an admission."""
+    worst = 0
+    for i, (t, _) in enumerate(log):
+        worst = max(worst, sum(n for u, n in log[i:] if u < t + 1.0))
+    return worst
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rate=st.floats(min_value=0.5, max_value=99.0, allow_nan=False),
+    gaps=st.lists(st.tuples(st.floats(min_value=0.0, max_value=0.4, allow_nan=False),
+                            st.integers(min_value=1, max_value=3)), min_size=1, max_size=200),
+)
+def test_no_second_admits_more_than_its_cap(rate: float, gaps: list[tuple[float, int]]) -> None:
+    t = 0.0
+    asks = []
+    for gap, n in gaps:
+        t += gap
+        asks.append((t, n))
+    passed, _ = _run(rate, asks)
+    n_max = max(n for _, n in asks)
+    assert _worst_second(passed) <= max(rate * 1.1, rate + 1.0, n_max) + 1e-9  # n_max: on an empty window

@@ -1,0 +1,160 @@
+"""The HTTP API's input checks, in process: the routes of rgd.api served from a stand-in for
+the daemon (rgd.api.daemon_view.RoutesView), with no broker, no tick and no usage log (the
+one socket is aiohttp's test server, on an ephemeral loopback port of this process).
+
+What a bad body, a bad admin document or an unknown route gets depends on the routes
+alone, so it is tested here in milliseconds; tests/integration/test_api.py keeps what needs
+a real daemon (reports on the topic, the config file's reload, readiness).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from rgd.api.app import build_app
+from rgd.api.daemon_view import RoutesView
+from rgd.api.metrics import Metrics
+from rgd.config.file import parse_config
+from rgd.config.groups import ResourceGroup
+from rgd.config.settings import Settings
+from rgd.config.store import ConfigChange, ConfigStore
+from rgd.limiting.limiter import Limiter
+
+CONFIG = b"""
+resourcegroups:
+  gold: {publishRateInMsgs: 10, publishRateInBytes: 1000, dispatchRateInMsgs: 5}
+namespaces:
+  acme/orders: gold
+"""
+
+
+class StandIn:
+    """A daemon as the routes see it: a limiter that gives this daemon the whole quota (as
+    `--strategy static` does for a lone daemon), the config store, and admin changes applied
+    here at once (what the real daemon does before it publishes them)."""
+
+    def __init__(self, admin_tokens: frozenset[str] = frozenset()) -> None:
+        self.settings = Settings(id="d1", strategy="static", burst=1.0)
+        self.config = ConfigStore()
+        self.config.set_base(parse_config(CONFIG, "groups.yaml").registry)
+        self.limiter = Limiter(time.monotonic, burst_seconds=1.0)
+        self.admin_tokens = admin_tokens
+        self.metrics = Metrics()
+        self.submitted: list[ConfigChange] = []
+
+    async def submit_change(self, change: ConfigChange) -> bool:
+        self.config.apply(change)
+        self.submitted.append(change)
+        return True
+
+    def group_stats(self, group: ResourceGroup) -> dict[str, Any]:
+        return {"group": group.name}
+
+    def refresh_liveness(self) -> bool:
+        return True
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        return True, {"ready": True}
+
+
+def _view(stand_in: StandIn) -> RoutesView:
+    return stand_in  # mypy checks here that the stand-in is what the routes read
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[tuple[TestClient[Any, Any], StandIn]]:
+    stand_in = StandIn(admin_tokens=frozenset({"s3cret"}))
+    client = TestClient(TestServer(build_app(_view(stand_in))))
+    await client.start_server()
+    try:
+        yield client, stand_in
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        (b"{not json", "malformed JSON"),
+        (b"", "empty"),
+        (b"[1,2]", "expected a JSON object"),
+        (b'{"namespace": 5}', "namespace"),
+        (b'{"namespace": "acme"}', "namespace"),
+        (b'{"namespace": "acme/orders", "kind": "eat"}', "kind"),
+        (b'{"namespace": "acme/orders", "messages": -1}', "messages: -1 is out of range"),
+        (b'{"namespace": "acme/orders", "messages": "3"}', "messages: expected a non-negative integer"),
+        (b'{"namespace": "acme/orders", "bytes": 1e300}', "bytes"),
+        (b'{"namespace": "acme/orders", "bytes": 99999999999999999999999}', "bytes"),
+        (b'{"namespace": "acme/orders", "colour": "red"}', "colour: unknown field"),
+        (b'{"requests": [{"namespace": "acme/orders"}, {"namespace": 1}]}', "requests[1].namespace"),
+        (b'{"requests": {}}', "requests: expected an array"),
+        (b'{"requests": [], "x": 1}', "x: unknown field"),
+    ],
+)
+async def test_bad_bodies_get_400_naming_the_field(api, body: bytes, needle: str) -> None:
+    client, stand_in = api
+    for path in ("/v1/acquire", "/v1/usage"):
+        r = await client.post(path, data=body, headers={"Content-Type": "application/json"})
+        doc = await r.json()
+        assert r.status == 400, doc
+        assert needle in doc["error"]
+    assert not stand_in.limiter.states  # nothing reached the limiter
+
+
+async def test_a_good_ask_reaches_the_limiter_and_the_batch_bound_holds(api) -> None:
+    client, stand_in = api
+    r = await client.post("/v1/acquire", json={"namespace": "acme/orders", "messages": 10, "bytes": 100})
+    doc = await r.json()
+    assert r.status == 200 and doc["allowed"] and doc["group"] == "gold" and doc["remaining_messages"] == 0
+    r = await client.post("/v1/acquire", json={"namespace": "acme/orders", "messages": 1})
+    assert r.status == 429 and (await r.json())["reason"] == "message_rate"
+    assert ("gold", "publish") in stand_in.limiter.states
+    asks = [{"namespace": "other/ns", "messages": 1}] * 1001
+    r = await client.post("/v1/acquire", json={"requests": asks})
+    assert r.status == 400 and "at most 1000" in (await r.json())["error"]
+
+
+async def test_quota_checks_the_namespace(api) -> None:
+    client, _ = api
+    for bad in ("bad", "acme/", "/orders", "a/b/c"):  # the OpenAPI pattern ^[^/]+/[^/]+$
+        r = await client.get("/v1/quota", params={"namespace": bad})
+        assert r.status == 400 and "namespace" in (await r.json())["error"], bad
+
+
+async def test_admin_documents_are_checked_before_anything_is_submitted(api) -> None:
+    client, stand_in = api
+    auth = {"Authorization": "Bearer s3cret"}
+    r = await client.put("/admin/v2/resourcegroups/gold", json={"publishRateInMsgs": "lots"}, headers=auth)
+    assert r.status == 400 and "publishRateInMsgs" in (await r.json())["error"]
+    r = await client.put("/admin/v2/resourcegroups/bad name!", json={}, headers=auth)
+    assert r.status == 400
+    r = await client.put("/admin/v2/resourcegroups/gold", json={"publishRateInMsgs": 1})
+    assert r.status == 401
+    r = await client.put("/admin/v2/resourcegroups/gold", json={"publishRateInMsgs": 1},
+                         headers={"Authorization": "Bearer nope"})
+    assert r.status == 403
+    assert stand_in.submitted == []
+    r = await client.put("/admin/v2/resourcegroups/gold", json={"publishRateInMsgs": 1}, headers=auth)
+    assert r.status == 204 and [c.key for c in stand_in.submitted] == ["group/gold"]
+    assert stand_in.config.effective.groups["gold"].publish_msgs == 1
+
+
+async def test_unknown_routes_methods_and_sizes_answer_in_json(api) -> None:
+    client, _ = api
+    r = await client.get("/nope")
+    assert r.status == 404 and "no route" in (await r.json())["error"]
+    r = await client.put("/admin/v2/resourcegroups/gold/nope")
+    assert r.status == 404 and (await r.json())["error"] == "no route for PUT /admin/v2/resourcegroups/gold/nope"
+    r = await client.delete("/v1/acquire")
+    assert r.status == 405 and r.headers["Allow"] == "POST"
+    assert (await r.json())["error"] == "method DELETE not allowed on /v1/acquire"
+    r = await client.patch("/admin/v2/resourcegroups/gold")
+    assert r.status == 405 and r.headers["Allow"] == "DELETE,GET,HEAD,PUT" and "error" in await r.json()
+    too_big = b'{"requests": [' + b" " * (1024 * 1024) + b"]}"
+    r = await client.post("/v1/acquire", data=too_big, headers={"Content-Type": "application/json"})
+    assert r.status == 413 and "too large" in (await r.json())["error"]

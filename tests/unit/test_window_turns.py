@@ -1,0 +1,81 @@
+"""Turns at the last whole message (rgd/limiting/window_turns.py): the members' caps, counted in
+whole messages by brute force, against the bounds the module claims; and live in the
+limiter, with members whose arrivals are in lockstep (fuzz case 137 of seed 1's shape)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rgd.config.groups import ResourceGroup
+from rgd.limiting.limiter import Limiter, Place, full_quota
+from rgd.limiting.window_turns import turns_for
+from tests.support.fake_clock import FakeClock
+
+BURST = 0.1
+
+
+def whole_messages(cap: float, unit: float) -> int:
+    """What a window of `cap` admits in one second, in whole messages of `unit` (an ask
+    larger than the cap passes on an empty window: one)."""
+    return max(1, math.floor(cap / unit + 1e-9))
+
+
+@settings(max_examples=100, deadline=None)
+@given(members=st.integers(1, 50), rank=st.integers(0, 49), share=st.floats(0.2, 30.0))
+def test_a_member_takes_its_turns_evenly_so_a_saturated_one_averages_its_share(members, rank, share):
+    rank %= members
+    turns = turns_for(share, 1.0, BURST, members * share, rank, members, 0.0)
+    seconds = 2000
+    mean = sum(whole_messages(turns.cap_at(s + 0.5)[0], 1.0) for s in range(seconds)) / seconds
+    assert mean >= share * 0.99 - 0.01
+
+
+def test_the_cap_holds_until_the_next_wall_clock_second():
+    turns = turns_for(2.4, 1.0, BURST, 2.4 * 17, 3, 17, wall_offset=1000.25)  # wall = clock + 1000.25
+    cap, until = turns.cap_at(10.0)  # wall 1010.25: second 1010 ends at wall 1011, clock 10.75
+    assert until == 10.75
+    assert turns.cap_at(10.7)[0] == cap
+    assert turns.cap_at(10.75)[1] == 11.75
+
+
+def _lockstep(places: list[Place | None], share: float, rate: float, seconds: int) -> tuple[list[int], list[int]]:
+    """Members of one group at `share` msg/s each, asked one message at the same instants
+    (`rate` a second, the same for all: the simulator's even arrivals). Admitted and offered
+    per second."""
+    clock = FakeClock(0.0)
+    group = ResourceGroup("g", publish_msgs=share * len(places))
+    limiters = []
+    for place in places:
+        lim = Limiter(clock, BURST, 10.0, initial_limits=full_quota, wall_offset=0.0)
+        lim.set_limit(group, "publish", share, math.inf, place)
+        limiters.append(lim)
+    admitted = [0] * seconds
+    offered = [0] * seconds
+    for i in range(int(seconds * rate)):
+        clock.t = i / rate
+        for lim in limiters:
+            offered[int(clock.t)] += 1
+            if lim.acquire(group, "publish", 1, 100, "t/ns").allowed:
+                admitted[int(clock.t)] += 1
+    return admitted, offered
+
+
+@pytest.mark.parametrize("members, quota, rate", [
+    (17, 40.3, 2.7),  # fuzz case 137 of seed 1: 2.37 msg/s each, offered 2.7 (3, 3, 2 a second)
+    (2, 4.92, 6.7),  # case 486: two members of 2.46 msg/s
+    (6, 25.6, 11.0),  # case 411: six of 4.27
+    (17, 40.3, 10.0),
+])
+def test_members_in_lockstep_stay_within_the_quota_every_second_and_use_it(members, quota, rate):
+    share = quota / members
+    admitted, offered = _lockstep([Place(k, members) for k in range(members)], share, rate, 60)
+    ideal = [min(quota, o) for o in offered]  # what one limiter of the whole quota could admit
+    assert max(admitted[2:]) <= max(quota * (1 + BURST), math.floor(quota) + 1)
+    assert sum(admitted[2:]) >= 0.97 * sum(ideal[2:])
+    # Without places every member rounds up in the same seconds: 17 to 26 % over.
+    fixed, _ = _lockstep([None] * members, share, rate, 60)
+    assert max(fixed[2:]) > quota * 1.15
