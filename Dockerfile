@@ -22,8 +22,8 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# rgd only: sim/ and bench/ are development tools, not part of either image
 COPY rgd ./rgd
-COPY sim ./sim
 COPY scripts/install-runtime.sh /dist/install-runtime.sh
 RUN sh /dist/install-runtime.sh wheel /src /dist
 
@@ -74,6 +74,6 @@ USER 10001:10001
 WORKDIR /var/lib/rgd
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; from rgd.settings import parse_listen; port = next(a.port for a in parse_listen(os.environ.get('RGD_LISTEN', '0.0.0.0:8080')) if not a.is_unix); urllib.request.urlopen('http://127.0.0.1:' + str(port) + '/healthz', timeout=3).close()"]
+    CMD ["python", "-c", "import os, urllib.request; from rgd.config.settings import parse_listen; port = next(a.port for a in parse_listen(os.environ.get('RGD_LISTEN', '0.0.0.0:8080')) if not a.is_unix); urllib.request.urlopen('http://127.0.0.1:' + str(port) + '/healthz', timeout=3).close()"]
 ENTRYPOINT ["rgd"]
 CMD ["run"]

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import faulthandler
 import logging
 import os
-import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import fields
-from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
 from rgd import __version__
-from rgd.gc_pacing import GcPacer
-from rgd.malloc_tuning import fix_mmap_threshold
-from rgd.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolve
-
-# A daemon's graceful stop takes at most ~2 s (leaving report) + 4 s (Pulsar close) + 5 s
-# (an embedded broker's stop); past this it is hung (see _stop). Within Kubernetes' 30 s
-# grace and the 20 s rgd up and the tests wait (rgd.daemon_process.DaemonProcess.stop).
-STOP_WATCHDOG_SECONDS = 15.0
+from rgd.config.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolve
+from rgd.daemon.lifecycle import configure_logging, run_loop, serve
+from rgd.daemon.malloc_tuning import fix_mmap_threshold
 
 
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -97,7 +89,7 @@ def _flag_values(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    from rgd.config_file import ConfigError, load_config
+    from rgd.config.file import ConfigError, load_config
 
     flags = _flag_values(ns)
     config_path = flags.get("config") or os.environ.get(env_name("config"), "")
@@ -111,12 +103,12 @@ def cmd_run(ns: argparse.Namespace) -> int:
         return 2
     fix_mmap_threshold()  # before the Pulsar client's threads allocate anything
     if settings.cluster_process or settings.cluster_thread:
-        from rgd.serving_process import ServingProcess
+        from rgd.daemon.serving_process import ServingProcess
 
         serving = ServingProcess(settings, doc, ns.log_level)
         del doc  # the cluster half gets it; this frame lives as long as the daemon
-        # No watchdog: its stop waits for the cluster half's (rgd.serving_process.STOP_SECONDS).
-        code = _run_loop(_serve(serving, pace_gc=False, stop_watchdog=None), settings.event_loop)
+        # No watchdog: its stop waits for the cluster half's (rgd.daemon.serving_process.STOP_SECONDS).
+        code = run_loop(serve(serving, pace_gc=False, stop_watchdog=None), settings.event_loop)
         if settings.cluster_thread:
             # As the cluster process ends itself: past the bounded stop nothing is left to do, and
             # the interpreter's exit would wait for the cluster thread's workers (a Pulsar call
@@ -126,87 +118,20 @@ def cmd_run(ns: argparse.Namespace) -> int:
             sys.stderr.flush()
             os._exit(code)
         return code
-    from rgd.daemon import Daemon
+    from rgd.daemon.wiring import Daemon
 
-    return _run_loop(_serve(Daemon(settings, doc)), settings.event_loop)
-
-
-def _run_loop(main: Any, event_loop: str) -> int:
-    """uvloop when asked or, for `auto`, when installed (the benchmark's batch figures
-    are about 20 % better on it); asyncio's own loop otherwise."""
-    uvloop = installed_uvloop(event_loop)
-    if uvloop is not None:
-        return uvloop.run(main)
-    if event_loop == "uvloop":
-        print("rgd: event_loop uvloop: uvloop is not installed", file=sys.stderr)
-        return 2
-    return asyncio.run(main)
-
-
-def installed_uvloop(event_loop: str) -> ModuleType | None:
-    """The uvloop module when the `event_loop` setting asks for it (`uvloop`, `auto`) and it
-    is installed; None for asyncio's own loop."""
-    if event_loop == "asyncio":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop
-
-
-async def _serve(daemon: Any, pace_gc: bool = True, stop_watchdog: float | None = STOP_WATCHDOG_SECONDS) -> int:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await daemon.start()
-    except Exception as exc:
-        logging.getLogger("rgd").error("startup failed: %s", exc)
-        await _stop(daemon, stop_watchdog)
-        return 1
-    # This process is the daemon's: full collections paced by the heap's growth, and what
-    # is loaded so far (modules, the app, the clients) frozen now (see rgd.gc_pacing).
-    # (The serving process of --cluster-process has no ticks to pace by, and a heap of buckets.)
-    if pace_gc:
-        daemon.gc_pacer = GcPacer()
-        daemon.gc_pacer.start()
-    waits = [asyncio.ensure_future(stop.wait())]
-    ended = getattr(daemon, "stopped", None)  # a ServingProcess whose cluster process died
-    if ended is not None:
-        waits.append(asyncio.ensure_future(ended.wait()))
-    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    for w in waits:
-        w.cancel()
-    await _stop(daemon, stop_watchdog)
-    return 1 if getattr(daemon, "failed", None) else 0
-
-
-async def _stop(daemon: Any, watchdog: float | None) -> None:
-    """The graceful stop, under a watchdog: every step of it is bounded (the leaving report,
-    the Pulsar close, the embedded broker's stop), so one that still runs past `watchdog`
-    is hung where no asyncio timeout reaches (a library thread holding what the loop waits
-    on). faulthandler's watchdog is a C thread: it prints every thread's stack to the log
-    and exits with status 1, where a supervisor's SIGKILL would leave no trace of where."""
-    if watchdog is not None:
-        faulthandler.dump_traceback_later(watchdog, exit=True)
-    try:
-        await daemon.stop()
-    finally:
-        if watchdog is not None:
-            faulthandler.cancel_dump_traceback_later()
+    return run_loop(serve(Daemon(settings, doc)), settings.event_loop)
 
 
 def cmd_up(ns: argparse.Namespace) -> int:
-    from rgd.showcase import run_showcase
+    from rgd.devtools.showcase import run_showcase
 
     return run_showcase(ns)
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
     if ns.executor_requirements:
-        from rgd.report.ship import executor_requirements
+        from rgd.fairness.ship import executor_requirements
 
         print("\n".join(executor_requirements(*(u for u in (ns.path, ns.out) if u))))
         return 0
@@ -221,10 +146,10 @@ def cmd_report(ns: argparse.Namespace) -> int:
             return 2
         conf.append((key.strip(), value))
     try:
-        from rgd.report import run_report
-        from rgd.report.job import ReportOptions
-        from rgd.report.ship import ExecutorSetupError
-        from rgd.storage import StorageSetupError
+        from rgd.config.storage import StorageSetupError
+        from rgd.fairness import run_report
+        from rgd.fairness.job import ReportOptions
+        from rgd.fairness.ship import ExecutorSetupError
     except ImportError as exc:
         print(f"rgd report needs the spark extra: pip install 'rgd[spark]' ({exc})", file=sys.stderr)
         return 2
@@ -235,15 +160,6 @@ def cmd_report(ns: argparse.Namespace) -> int:
         return 2
     print(f"report written to {ns.out}/report.html ({summary.get('group_rows', '?')} group rows)")
     return 0
-
-
-def configure_logging(level: str) -> None:
-    """The format and levels of every rgd process (the cluster process of
-    `--cluster-process` too, so its lines read like the serving process's)."""
-    logging.basicConfig(level=getattr(logging, level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("pulsar").setLevel(logging.WARNING)
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per closed Spark connection
 
 
 def main(argv: Sequence[str] | None = None) -> int:

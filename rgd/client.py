@@ -31,15 +31,16 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 import aiohttp
 import msgspec
 
 from rgd.api.requests import MAX_BATCH, MAX_BYTES, MAX_MESSAGES, MAX_NAME, MAX_TOPIC, Ask, Batch, namespace_ok
-from rgd.groups import KINDS
-from rgd.settings import UNIX_PREFIX
-from rgd.token_bucket import TokenBucket
+from rgd.config.groups import KINDS
+from rgd.config.settings import UNIX_PREFIX
+from rgd.limiting.token_bucket import TokenBucket
 
 # The local fallback's bucket, in seconds of `fallback_rate`. Not the daemon's 0.1 s: that
 # bounds what a group's daemons save between them, and a client cut off from its daemon has
@@ -47,8 +48,15 @@ from rgd.token_bucket import TokenBucket
 # usable as whole messages.
 FALLBACK_BURST_SECONDS = 1.0
 
-__all__ = ["Answer", "Client", "ClientStats", "RgdRequestError", "SOURCE_DAEMON", "SOURCE_FALLBACK",
-           "SOURCE_RETRY_AFTER"]
+__all__ = [
+    "SOURCE_DAEMON",
+    "SOURCE_FALLBACK",
+    "SOURCE_RETRY_AFTER",
+    "Answer",
+    "Client",
+    "ClientStats",
+    "RgdRequestError",
+]
 
 SOURCE_DAEMON = "daemon"  # the daemon decided
 SOURCE_RETRY_AFTER = "retry_after"  # denied locally: inside the daemon's Retry-After for this (namespace, kind)
@@ -125,7 +133,7 @@ class Client:
         fallback_rate: tuple[float, float] = (0.0, math.inf),
         unreachable_backoff: float = 0.5,
         max_hold: float = 1.0,
-        clock=time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 0 <= window <= 1.0:
             raise ValueError(f"window: {window} is out of range (0..1 s)")
@@ -161,13 +169,13 @@ class Client:
         self._asks: list[Ask] = []
         self._futures: list[asyncio.Future[Answer]] = []
         self._timer: asyncio.TimerHandle | None = None
-        self._inflight: set[asyncio.Task] = set()
+        self._inflight: set[asyncio.Task[None]] = set()
         self._holds: dict[tuple[str, str], _Hold] = {}
         self._paused_until = 0.0  # no request before this (unreachable, or a request-level Retry-After)
         self._fallback: dict[tuple[str, str], tuple[TokenBucket, TokenBucket]] = {}
         self._closed = False
 
-    async def __aenter__(self) -> "Client":
+    async def __aenter__(self) -> Client:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -231,7 +239,7 @@ class Client:
         self._inflight.add(task)
         task.add_done_callback(self._sent)
 
-    def _sent(self, task: asyncio.Task) -> None:
+    def _sent(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         if self._asks and self._timer is None:  # their window is over: they were waiting for this
             self._flush()
@@ -255,7 +263,7 @@ class Client:
             async with self._get_session().post(self._endpoint, data=_encode(Batch(asks))) as resp:
                 body = await resp.read()
                 status, retry_header = resp.status, resp.headers.get("Retry-After")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             self._unreachable(asks, futures, self.unreachable_backoff)
             return
         if status == 200:

@@ -1,7 +1,7 @@
 """Regenerate rgd/wire/*_pb2.py from proto/.
 
 The generated modules are checked in so that `pip install rgd` needs no protoc;
-tests/test_proto_fresh.py regenerates into a temp dir and fails if they differ.
+tests/unit/test_proto_fresh.py regenerates into a temp dir and fails if they differ.
 Run: python scripts/gen_proto.py
 """
 

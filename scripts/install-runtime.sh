@@ -1,6 +1,6 @@
 #!/bin/sh
 # The one recipe that turns the rgd source into a runnable install. The Dockerfile
-# runs it, and tests/test_deploy_runtime.py runs it too, so the image recipe and
+# runs it, and tests/deploy/test_deploy_runtime.py runs it too, so the image recipe and
 # the test cannot drift apart.
 #
 #   install-runtime.sh wheel   SRC_DIR WHEEL_DIR          build rgd's wheel (no deps)

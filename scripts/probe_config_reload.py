@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fault_probe import AcquireLoad, metric, rss_mb, write_groups  # noqa: E402
-from rgd.daemon_process import DaemonProcess  # noqa: E402
+
+from rgd.devtools.daemon_process import DaemonProcess  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

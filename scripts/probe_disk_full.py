@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fault_probe import AcquireLoad, metric, rss_mb, write_groups  # noqa: E402
-from rgd.daemon_process import DaemonProcess  # noqa: E402
 
+from rgd.devtools.daemon_process import DaemonProcess  # noqa: E402
 
 TICK = 0.1  # short, so the log fills the last free page of a full disk within a second or two
 
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.hold = min(args.hold, 120.0)
     if os.geteuid() != 0:
-        raise SystemExit("this probe mounts a tmpfs and needs root; tests/test_disk_faults.py injects "
+        raise SystemExit("this probe mounts a tmpfs and needs root; tests/system/test_disk_faults.py injects "
                          "the same ENOSPC without root")
     if args.source:
         os.environ["PYTHONPATH"] = str(Path(args.source).resolve())

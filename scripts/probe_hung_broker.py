@@ -36,8 +36,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fault_probe import AcquireLoad, LoadFigures, metric, rss_mb, write_groups  # noqa: E402
-from rgd.daemon_process import DaemonProcess  # noqa: E402
-from rgd.embedded_broker import start_or_join  # noqa: E402
+
+from rgd.devtools.daemon_process import DaemonProcess  # noqa: E402
+from rgd.transport.embedded_broker import start_or_join  # noqa: E402
 
 DAEMONS = ("a", "b", "c")
 
@@ -78,7 +79,7 @@ class Watcher:
                     self.limits.append((now, d.daemon_id, float(limit)))
             self._stop.wait(self.every)
 
-    def start(self) -> "Watcher":
+    def start(self) -> Watcher:
         self._thread.start()
         return self
 

@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fault_probe import AcquireLoad, metric, rss_mb, write_groups  # noqa: E402
-from rgd.daemon_process import DaemonProcess  # noqa: E402
+
+from rgd.devtools.daemon_process import DaemonProcess  # noqa: E402
 
 
 def get_status(url: str, timeout: float = 2.0) -> int:
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         held: list[socket.socket] = []
         try:
             d.wait_ready(90)
-            print(f"daemon fd limit: {Path(f'/proc/{d.process.pid}/limits').read_text().split('Max open files')[1].split()[0]}")
+            limits = Path(f"/proc/{d.process.pid}/limits").read_text()
+            print(f"daemon fd limit: {limits.split('Max open files')[1].split()[0]}")
             load = AcquireLoad("127.0.0.1", d.port, "probe/ns")
             load.run(3.0)
             rss_before = rss_mb(d.process.pid)

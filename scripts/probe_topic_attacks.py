@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
-import multiprocessing
 import time
 import urllib.request
 import uuid
@@ -51,10 +51,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import pulsar  # noqa: E402
-
 from fault_probe import AcquireLoad, LoadFigures, rss_mb, write_groups  # noqa: E402
-from rgd.daemon_process import DaemonProcess  # noqa: E402
-from rgd.embedded_broker import start_or_join  # noqa: E402
+
+from rgd.devtools.daemon_process import DaemonProcess  # noqa: E402
+from rgd.transport.embedded_broker import start_or_join  # noqa: E402
 from rgd.wire.usage_report_pb2 import UsageReport  # noqa: E402
 
 MP = multiprocessing.get_context("spawn")
@@ -241,7 +241,7 @@ class Probe:
         while time.time() < deadline:
             try:
                 msg = spy.receive(200)
-            except Exception:  # noqa: BLE001 - pulsar's timeout
+            except Exception:  # pulsar's timeout
                 break
             r = UsageReport.FromString(msg.data())
             if r.daemon_id == "d4" and not r.leaving:
@@ -307,7 +307,7 @@ def report_row(mode: str, name: str, out: dict) -> bool:
     p99 = f.percentile(0.99)
     rss0, rss1, growth = out["rss"]
     rej = ", ".join(f"{k} {int(v)}" for k, v in sorted(out["rejected"].items())) or "none"
-    good = (QUOTA * 0.9 <= least and worst <= QUOTA * 1.1 and p99 <= 50 and growth <= 20 and f.errors == 0
+    good = (least >= QUOTA * 0.9 and worst <= QUOTA * 1.1 and p99 <= 50 and growth <= 20 and f.errors == 0
             and (sum(out["rejected"].values()) > 0 or out["members"] > len(IDS)))
     print(f"{mode:8s} {name:13s} admitted/s {least:3d}..{worst:3d} (quota {QUOTA}: 90..110); "
           f"acquire p99 {p99:6.1f} ms, max {max(f.latencies_ms, default=float('nan')):7.1f} ms, "

@@ -11,7 +11,7 @@ what the daemons admitted from their answers, in 50 ms bins. It prints:
 2. new group: 3 daemons; a new 300 msg/s group offered 120 msg/s on each daemon (even
    demand, 1.2 x the quota): share of the quota used in the first second;
 3. rotating load: `rgd up`'s load (two 300 msg/s groups, 360 msg/s offered in a split
-   that changes every 10 s, rgd/showcase.py). After each shift, every daemon's admission
+   that changes every 10 s, rgd/devtools/showcase.py). After each shift, every daemon's admission
    over the half second [shift + 0.5 s, shift + 1 s) against its max-min fair share, and
    how long after the shift every later half-second window (up to 5 s) stays within 10 %
    of fair; and the largest admission in any 1-second window (sliding by 50 ms) over the
@@ -32,16 +32,16 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import aiohttp
 import yaml
 
-from rgd.daemon_process import DaemonProcess
-from rgd.embedded_broker import start_or_join
-from rgd.showcase import PHASE_SECONDS, demand_weights
+from rgd.devtools.daemon_process import DaemonProcess
+from rgd.devtools.showcase import PHASE_SECONDS, demand_weights
+from rgd.transport.embedded_broker import start_or_join
 
 BIN = 0.05  # seconds per bin of admitted counts
 STEP = 0.05  # the load generator asks every this many seconds
@@ -119,7 +119,7 @@ async def offer(session: aiohttp.ClientSession, url: str, key: tuple[str, str], 
                         allowed = sum(1 for r in results if r["allowed"])
                         counts.admitted[key][b] += allowed
                         counts.spans[key][(b, int((time.monotonic() - t0) / BIN))] += allowed
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass
         next_at += STEP
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))

@@ -24,9 +24,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rgd.daemon_process import DaemonProcess  # noqa: E402
-from rgd.embedded_broker import start_or_join  # noqa: E402
-from rgd.load_generator import Stream, StreamStats, constant, run_streams  # noqa: E402
+from rgd.devtools.daemon_process import DaemonProcess  # noqa: E402
+from rgd.devtools.load_generator import Stream, StreamStats, constant, run_streams  # noqa: E402
+from rgd.transport.embedded_broker import start_or_join  # noqa: E402
 
 MAX_DURATION = 3600.0
 

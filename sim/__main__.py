@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _scale(args: argparse.Namespace) -> int:
-    from sim.scale import ScaleSpec, markdown as scale_markdown, run_scale
+    from sim.scale import ScaleSpec, run_scale
+    from sim.scale import markdown as scale_markdown
 
     spec = ScaleSpec(daemons=args.daemons, groups=args.groups, spread=args.spread, ticks=args.ticks,
                      seed=args.seed if args.seed is not None else 1)

@@ -18,10 +18,10 @@ Pure apart from the limiter it asks: time is passed in (the simulator's clock).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-__all__ = ["Ask", "ArrivingDemand"]
+__all__ = ["ArrivingDemand", "Ask"]
 
 # ask(n, at) -> whether n messages were admitted at time `at`
 Ask = Callable[[int, float], bool]

@@ -8,7 +8,7 @@ Time advances in sub-steps of 1/substeps tick. At every sub-step:
    between this sub-step's start and the next (sim/broker.py); what was admitted is
    recorded;
 4. at the sub-step's end, the topic delivers what fell due during it and every daemon
-   reacts (rgd/cluster_node.py): folds what arrived, publishes an early report if a
+   reacts (rgd/cluster/node.py): folds what arrived, publishes an early report if a
    group's demand moved (over the window up to now), recomputes what changed. What a
    react decides holds from the next sub-step, so a report is folded at most a react
    interval after it arrives, as by the daemon's react loop.
@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rgd.groups import KINDS, ResourceGroup
+from rgd.config.groups import KINDS, ResourceGroup
 from rgd.quota.calculator import QuotaParams, strategy_named
 from rgd.wire.usage_report_pb2 import UsageReport
 from sim.broker import ArrivingDemand
@@ -121,7 +121,7 @@ class RunResult:
 
 
 class _Sink:
-    def __init__(self, sim: "Simulation") -> None:
+    def __init__(self, sim: Simulation) -> None:
         self.sim = sim
 
     def publish(self, node: SimNode, data: bytes, now: float) -> None:
@@ -198,7 +198,7 @@ class Simulation:
 
     def _spawn(self, node_id: str, phase: int) -> None:
         """Start a daemon; a same-id restart resumes from what its predecessor left
-        (rgd.cluster_node.Resume), as the daemon does from its state file."""
+        (rgd.cluster.node.Resume), as the daemon does from its state file."""
         self._incarnation += 1
         before = [n for n in self.retired if n.node_id == node_id]
         self.nodes[node_id] = SimNode(

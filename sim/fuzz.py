@@ -27,9 +27,10 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import yaml
 
@@ -353,7 +354,7 @@ def draw_document(seed: int, index: int) -> dict[str, Any]:
     """Scenario `index` of fuzz seed `seed`, as a scenario document (sim/scenario.py's schema)."""
     rng = random.Random(f"fuzz:{seed}:{index}")
     u = rng.random()
-    for share, lo, hi in BOUNDS["daemon_bands"]:
+    for share, lo, hi in BOUNDS["daemon_bands"]:  # noqa: B007 - lo, hi: the band drawn, read below
         if u < share:
             break
         u -= share

@@ -6,7 +6,7 @@ is not known before the tick. An allocator that knew every daemon's arrivals of 
 previous tick exactly (no delivery delay, no loss, no counting noise) and handed out the
 judge's own ideal of them, admitting as a fluid (no whole messages, no buckets), is as well
 informed as one can be after the fact. Where even it is slow to converge, the cause is the
-workload against the judge, not the strategy under test: at stop 41 it was over 5 ticks in
+workload against the judge, not the strategy under test: when first measured it was over 5 ticks in
 11 of the 18 fuzz scenarios (seed 1) where rgd was, 34 changes against rgd's 26 there.
 
 Pure: it rewrites a run's recorded admissions and leaves the arrivals, quotas and changes

@@ -3,7 +3,8 @@
 Per dimension (group x kind) and tick, the ideal comes from the judge (sim/oracle.py,
 which shares no code with any strategy): the max-min fair split of the quota over the
 live daemons' offered load (the whole messages that arrived at each in that tick), or,
-where a group limits messages and bytes both, the lexicographic max-min of dominant shares (Dominant Resource Fairness with demand caps).
+where a group limits messages and bytes both, the lexicographic max-min of dominant shares
+(Dominant Resource Fairness with demand caps).
 A daemon whose bytes bind is judged in bytes: its tolerance and slack are fractions of
 the bytes quota. Definitions (all documented in the table's legend, sim/table.py):
 - converged tick: every live daemon admitted within 10 % of its ideal share (plus
@@ -41,8 +42,9 @@ the bytes quota. Definitions (all documented in the table's legend, sim/table.py
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from sim.engine import TICK_SECONDS, Change, DimensionTick, RunResult
 from sim.oracle import UNLIMITED, Allocation, Constraint, constraints_of, dominant_weights, progressive_fill

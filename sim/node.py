@@ -1,24 +1,25 @@
 """One simulated daemon: rgd's ClusterNode on the simulator's clock and topic.
 
 Everything a daemon decides (collect, suppress, report, vet and fold, upkeep,
-announce, compute) is `rgd.cluster_node.ClusterNode`, the same object the real
+announce, compute) is `rgd.cluster.node.ClusterNode`, the same object the real
 daemon drives; this wrapper only replaces Pulsar with the simulated topic
 (`ReportSink`) and counts what happened for the results table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
-from rgd.cluster_node import REJECT_OWN, ClusterNode, NodeConfig, Resume, start_seconds_for
-from rgd.groups import ResourceGroup
-from rgd.limiter import Limiter
-from rgd.token_bucket import DEFAULT_BURST_SECONDS
+from rgd.cluster.node import REJECT_OWN, ClusterNode, NodeConfig, Resume, start_seconds_for
+from rgd.cluster.report_codec import serialize_report
+from rgd.cluster.usage_map import UsageMap
+from rgd.config.groups import ResourceGroup
+from rgd.limiting.limiter import Limiter
+from rgd.limiting.token_bucket import DEFAULT_BURST_SECONDS
 from rgd.quota.calculator import QuotaParams
 from rgd.quota.model import GroupLimits
-from rgd.report_codec import serialize_report
-from rgd.usage_map import UsageMap
 from rgd.wire.usage_report_pb2 import UsageReport
 from sim.profiles import Profile
 
@@ -34,9 +35,9 @@ def wall_ms(now: float) -> int:
 class ReportSink(Protocol):
     """Where a node's reports go: the simulated topic, plus an optional usage log."""
 
-    def publish(self, node: "SimNode", data: bytes, now: float) -> None: ...
+    def publish(self, node: SimNode, data: bytes, now: float) -> None: ...
 
-    def received(self, node: "SimNode", report: UsageReport, data: bytes, now: float) -> None: ...
+    def received(self, node: SimNode, report: UsageReport, data: bytes, now: float) -> None: ...
 
 
 @dataclass
@@ -113,7 +114,7 @@ class SimNode:
             self.sink.publish(self, data, now)
 
     def tick(self, now: float) -> None:
-        """The daemon's tick (see rgd/cluster_node.py), with the simulated topic as I/O."""
+        """The daemon's tick (see rgd/cluster/node.py), with the simulated topic as I/O."""
         out = self.node.tick_report(now)
         self.stats.groups_sent += len(out.sent)
         self.stats.groups_suppressed += out.suppressed
@@ -131,7 +132,7 @@ class SimNode:
 
     def react(self, now: float) -> None:
         """Between ticks (every sub-step): fold what arrived, publish an early report if
-        demand moved, recompute what changed (see rgd/cluster_node.py)."""
+        demand moved, recompute what changed (see rgd/cluster/node.py)."""
         hello = self.node.hello_report(now)
         if hello is not None:
             self._publish(hello, now)
@@ -175,4 +176,4 @@ class SimNode:
         self._publish(self.node.leaving_report(now), now)
 
 
-__all__ = ["SimNode", "ReportSink", "NodeStats", "SIM_EPOCH", "wall_ms"]
+__all__ = ["SIM_EPOCH", "NodeStats", "ReportSink", "SimNode", "wall_ms"]

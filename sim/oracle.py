@@ -22,8 +22,8 @@ level, so the next event is found in closed form (no bisection, no tolerance).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 UNLIMITED = -1.0
 
@@ -132,5 +132,13 @@ def dominant_fair(demands: Sequence[float], sizes: Sequence[float], messages_quo
     return progressive_fill(demands, constraints_of(sizes, messages_quota, bytes_quota))
 
 
-__all__ = ["Allocation", "Constraint", "UNLIMITED", "constraints_of", "dominant_fair", "dominant_weights",
-           "max_min_fair", "progressive_fill"]
+__all__ = [
+    "UNLIMITED",
+    "Allocation",
+    "Constraint",
+    "constraints_of",
+    "dominant_fair",
+    "dominant_weights",
+    "max_min_fair",
+    "progressive_fill",
+]

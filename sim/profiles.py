@@ -7,7 +7,7 @@ the allocation function is what the real systems do around it:
   silent daemon evicted after `ttl_ticks` (3), and a full report as soon as a new
   member shows up, so a newcomer's map is complete by its second tick, and
   between ticks an early report when a group's demand moves and a recompute on
-  every report received (rgd/cluster_node.py `react`);
+  every report received (rgd/cluster/node.py `react`);
 - `pulsar`: Pulsar's ResourceGroupService constants, 5 % tolerance and a report at
   least every 5 rounds (at most 4 suppressed), a dead broker's usage kept for
   600 s (10 periods of 60 s: `pulsar_ttl_ticks`), no announcement, and nothing
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rgd.suppression import SuppressionPolicy
+from rgd.cluster.suppression import SuppressionPolicy
 
-RGD_SUPPRESSION = SuppressionPolicy(tolerance=0.10, max_skipped_ticks=5)
+RGD_SUPPRESSION = SuppressionPolicy.every(0.10, 6)  # rgd run's defaults: --report-tolerance 0.1 --report-every 6
 PULSAR_SUPPRESSION = SuppressionPolicy(tolerance=0.05, max_skipped_ticks=4)
 
 
@@ -34,7 +34,7 @@ class Profile:
     @property
     def safety_ttl_ticks(self) -> int:
         """A group entry not confirmed for this long is dropped even without evidence
-        (rgd/map_keeper.py): three refresh periods plus the TTL."""
+        (rgd/cluster/map_keeper.py): three refresh periods plus the TTL."""
         return 3 * (self.suppression.max_skipped_ticks + 1) + self.ttl_ticks
 
 

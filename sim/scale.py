@@ -33,13 +33,13 @@ import tracemalloc
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rgd.groups import ResourceGroup
-from rgd.limiter import Limiter
+from rgd.cluster.report_builder import figures, group_entries, peer_usage
+from rgd.cluster.report_codec import FoldScope, decode_report, serialize_report
+from rgd.cluster.suppression import SuppressionState, select_reports
+from rgd.cluster.usage_map import UsageMap
+from rgd.config.groups import ResourceGroup
+from rgd.limiting.limiter import Limiter
 from rgd.quota.calculator import compute_limits
-from rgd.report_codec import FoldScope, decode_report, serialize_report
-from rgd.report_builder import figures, group_entries, peer_usage
-from rgd.suppression import SuppressionState, select_reports
-from rgd.usage_map import UsageMap
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 from sim.profiles import RGD_SUPPRESSION
 
@@ -194,7 +194,7 @@ class _Peer:
 
 
 def _fold_all(payloads: list[list[bytes]], keep: set[str] | None, traced: bool) -> tuple[UsageMap, int, list[float]]:
-    """Decode, vet and fold every tick's reports into a new map (rgd.report_codec's
+    """Decode, vet and fold every tick's reports into a new map (rgd.cluster.report_codec's
     decode_report, as the daemon receives them): every group, as the daemon did before it
     filtered, or only those in `keep`, as it does now (ClusterNode.folds: through the
     reports' index, parsing only those entries; it also holds a bounded few groups it does
@@ -351,17 +351,20 @@ def markdown(r: ScaleResult) -> str:
         "",
         "| per daemon | measured | PIP-82 estimate |",
         "|---|---:|---:|",
-        f"| report published, first tick (all groups) | {_mb(r.report_bytes_first)} | {_mb(PIP82['publish_bytes_per_daemon'])} |",
+        f"| report published, first tick (all groups) | {_mb(r.report_bytes_first)} "
+        f"| {_mb(PIP82['publish_bytes_per_daemon'])} |",
         f"| report published per tick, with suppression | {_mb(r.report_bytes_per_tick)} "
         f"({r.groups_sent_share:.0%} of groups) | — |",
-        f"| report with every group (no suppression) | {_mb(r.report_bytes_unsuppressed)} | {_mb(PIP82['publish_bytes_per_daemon'])} |",
+        f"| report with every group (no suppression) | {_mb(r.report_bytes_unsuppressed)} "
+        f"| {_mb(PIP82['publish_bytes_per_daemon'])} |",
         f"| first report as published with ZSTD (rgd's default) / LZ4 | {_maybe(r.report_first_compressed['zstd'])} / "
         f"{_maybe(r.report_first_compressed['lz4'])} | {_mb(PIP82['publish_bytes_per_daemon'])} |",
         f"| report per tick with suppression, ZSTD / LZ4 | {_maybe(r.report_per_tick_compressed['zstd'])} / "
         f"{_maybe(r.report_per_tick_compressed['lz4'])} | — |",
         f"| decompress + parse the first report: none / ZSTD / LZ4 | {_ms(r.report_decode_seconds['none'])} / "
         f"{_ms(r.report_decode_seconds['zstd'])} / {_ms(r.report_decode_seconds['lz4'])} | — |",
-        f"| usage map, own groups only ({r.map_entries_own} entries) | {_mb(r.map_bytes_own)} | {_mb(PIP82['memory_bytes_per_daemon'])} |",
+        f"| usage map, own groups only ({r.map_entries_own} entries) | {_mb(r.map_bytes_own)} "
+        f"| {_mb(PIP82['memory_bytes_per_daemon'])} |",
         f"| usage map folding every group, as the daemon did before it filtered ({r.map_entries_all} entries) "
         f"| {_mb(r.map_bytes_all)} | — |",
         f"| decode + vet + fold of all peers' reports per tick (after the first), every group | "

@@ -38,14 +38,15 @@ Demand of a daemon that is not running is ignored until it joins.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
-from rgd.groups import KINDS, InvalidGroup, ResourceGroup, check_name
-from rgd.settings import Settings
+from rgd.config.groups import KINDS, InvalidGroup, ResourceGroup, check_name
+from rgd.config.settings import Settings
 
 BUILTIN_DIR = Path(__file__).with_name("scenarios")
 PHASES = ("spread", "aligned", "random")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from sim.metrics import HOLD, OVER_GRACE, SLACK, TOLERANCE, Metrics
 
@@ -14,13 +15,15 @@ LEGEND = f"""\
   daemon whose bytes bind is judged in bytes.
 - **converge**: ticks from the moment a change is observable (the next tick for demand, join and
   leave and a new group; the TTL for a crash; at once for a quota change) until every daemon is within
-  {TOLERANCE:.0%} of its fair share (+{SLACK:.1%} of the quota of its dominant dimension, + one message) and the cluster's
+  {TOLERANCE:.0%} of its fair share (+{SLACK:.1%} of the quota of its dominant dimension, + one message) \
+and the cluster's
   usage of every limited dimension within {TOLERANCE:.0%} of the fair allocation's (min(quota, demand) in
   one dimension), for {HOLD} ticks in a row; worst change of the run; `never` if some change never converges.
 - **overshoot**: the worst tick's cluster usage above the quota, over every limited dimension.
   **over quota**: share of ticks more than {OVER_GRACE:.0%} above it.
 - **util** (usage of the binding dimension / its quota, or admitted / demand when the fair allocation
-  meets every demand) and **Jain** (of admitted / fair share, one message off counted as none): mean over the converged part of each
+  meets every demand) and **Jain** (of admitted / fair share, one message off counted as none): mean over \
+the converged part of each
   change (its last half if it never converges), worst change.
 - **report B**: bytes of usage reports published per daemon per tick (protobuf, after suppression).
 """

@@ -1,1 +1,2 @@
-"""HTTP API (aiohttp): broker routes, admin v2 routes, operations routes; see rgd/openapi.json."""
+"""The HTTP API (aiohttp): broker routes, admin v2 routes, operations routes, the listeners and
+the Prometheus collectors. They read the daemon through daemon_view.py's protocols; see openapi.json."""

@@ -1,9 +1,9 @@
 """Operator routes in Pulsar's admin v2 shapes: paths, methods, status codes and bodies
 as Pulsar's ResourceGroups / Namespaces / topic-policies resources answer them, so
 `pulsar-admin`, scripts and the Java admin client work unchanged
-(tests/test_admin_conformance.py replays the Java client's requests). rgd's own
+(tests/integration/test_admin_conformance.py replays the Java client's requests). rgd's own
 additions (tenant attachment, /stats, PUT as an alias of POST) are marked
-`x-rgd-extension` in rgd/openapi.json.
+`x-rgd-extension` in rgd/api/openapi.json.
 
 Writes become versioned `ConfigChange`s: applied here at once and published on
 the config topic so every daemon applies them (cluster-wide config).
@@ -18,23 +18,28 @@ import hmac
 import ipaddress
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 import orjson
 from aiohttp import web
 
 from rgd.api.body import read_body
-from rgd.api.broker import DAEMON
+from rgd.api.daemon_view import DAEMON, RoutesView
 from rgd.api.errors import ApiError, bad_request, json_errors, json_response
 from rgd.api.requests import parse_json
-from rgd.config_store import ATTACHMENT_TABLES, ConfigChange
-from rgd.groups import (
-    RATE_FIELDS, TOPIC_DOMAINS, InvalidGroup, ResourceGroup, check_name, check_namespace, check_topic, unknown_fields,
+from rgd.config.groups import (
+    RATE_FIELDS,
+    TOPIC_DOMAINS,
+    InvalidGroup,
+    ResourceGroup,
+    check_name,
+    check_namespace,
+    check_topic,
+    unknown_fields,
 )
-
-if TYPE_CHECKING:
-    from rgd.daemon import Daemon
+from rgd.config.store import ATTACHMENT_TABLES, ConfigChange
 
 PREFIX = "/admin/v2"
 log = logging.getLogger("rgd.admin")
@@ -88,7 +93,7 @@ def _group_name(request: web.Request, key: str = "name") -> str:
     return _checked("resource group", check_name, request.match_info[key])
 
 
-async def _submit(daemon: "Daemon", key: str, value: Any, headers: dict[str, str] | None = None) -> web.Response:
+async def _submit(daemon: RoutesView, key: str, value: Any, headers: dict[str, str] | None = None) -> web.Response:
     """204 when the change is in force here and on its way to every daemon; 202 when
     Pulsar is unreachable: in force here, queued for the others."""
     change = ConfigChange(key, value, int(time.time() * 1000), daemon.settings.id)
@@ -264,7 +269,8 @@ def add_routes(app: web.Application) -> None:
     r.add_get(f"{PREFIX}/resourcegroups/{{name}}/stats", group_stats)  # rgd extension
     # Namespaces (Pulsar) and tenants (rgd extension): GET / DELETE the attachment, POST
     # (PUT: rgd's alias) to attach.
-    for base in (f"{PREFIX}/namespaces/{{tenant}}/{{namespace}}/resourcegroup", f"{PREFIX}/tenants/{{tenant}}/resourcegroup"):
+    for base in (f"{PREFIX}/namespaces/{{tenant}}/{{namespace}}/resourcegroup",
+                 f"{PREFIX}/tenants/{{tenant}}/resourcegroup"):
         r.add_get(base, get_attachment)
         r.add_delete(base, delete_attachment)
         r.add_post(f"{base}/{{name}}", set_attachment)

@@ -7,24 +7,20 @@ single-acquire path free of per-request middleware frames.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from rgd.api import admin, broker, ops
 from rgd.api.body import MAX_BODY
+from rgd.api.daemon_view import ASKS, DAEMON, RoutesView
 from rgd.api.errors import add_fallback_route
 
-if TYPE_CHECKING:
-    from rgd.daemon import Daemon
 
-
-
-def build_app(daemon: "Daemon", forwarded: bool = False) -> web.Application:
+def build_app(daemon: RoutesView, forwarded: bool = False) -> web.Application:
     """`forwarded`: requests reach this app only through the serving process of
     `--cluster-process`, which names each one's client (rgd.api.admin.client_address)."""
     app = web.Application(client_max_size=MAX_BODY)
-    app[broker.DAEMON] = daemon
+    app[ASKS] = daemon
+    app[DAEMON] = daemon
     app[admin.FORWARDED] = forwarded
     broker.add_routes(app)
     admin.add_routes(app)

@@ -11,23 +11,19 @@ from __future__ import annotations
 import math
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import orjson
 from aiohttp import web
 
 from rgd.api.body import read_body, read_slow_body
+from rgd.api.daemon_view import ASKS, AskView
 from rgd.api.errors import ApiError, as_json_error, bad_request, json_errors, json_response
 from rgd.api.requests import Ask, namespace_ok, parse_body
-from rgd.groups import KINDS
-from rgd.limiter import BatchOutcome, Decision, full_quota
-from rgd.token_bucket import INF
-
-if TYPE_CHECKING:
-    from rgd.daemon import Daemon
-
-DAEMON: web.AppKey["Daemon"] = web.AppKey("daemon")
+from rgd.config.groups import KINDS, ResourceGroup
+from rgd.limiting.limiter import BatchOutcome, Decision, full_quota
+from rgd.limiting.token_bucket import INF
 
 _UNLIMITED = {"allowed": True, "group": None, "unlimited": True}
 
@@ -89,7 +85,7 @@ def _group_answers(group: str, outcome: BatchOutcome) -> list[Any]:
     return answers
 
 
-def _batch(daemon: "Daemon", asks: list[Ask]) -> list[Any]:
+def _batch(daemon: AskView, asks: list[Ask]) -> list[Any]:
     """One answer per ask, in order, all at one clock reading. Asks of one
     (group, kind) share its two buckets and nothing else, so each (group, kind)'s
     asks are decided together in their order (Limiter.acquire_batch) and the
@@ -101,6 +97,7 @@ def _batch(daemon: "Daemon", asks: list[Ask]) -> list[Any]:
     # A topic's own attachment beats its namespace's: with any topic attached, the
     # group is per (namespace, topic); otherwise per namespace, resolved once each.
     by_topic = bool(registry.topics)
+    group_of: dict[Any, ResourceGroup | None]  # by (namespace, topic) or by namespace
     if by_topic:
         group_of = {key: resolve(*key) for key in set(zip(map(_namespace_of, asks), map(_topic_of, asks)))}
     else:
@@ -136,7 +133,7 @@ async def acquire(request: web.Request) -> web.Response:
     # single ask's cost (bench/bench_acquire.py), so no `json_errors` decorator (the
     # `except` does its work) and the allowed answer is built here.
     try:
-        daemon = request.app[DAEMON]
+        daemon = request.app[ASKS]
         asks, is_batch = parse_body(await request.read() if request.content.is_eof()
                                     else await read_slow_body(request, daemon.settings.http_idle_timeout))
         if is_batch:
@@ -157,7 +154,7 @@ async def acquire(request: web.Request) -> web.Response:
 
 @json_errors
 async def usage(request: web.Request) -> web.Response:
-    daemon = request.app[DAEMON]
+    daemon = request.app[ASKS]
     asks, _ = parse_body(await read_body(request, daemon.settings.http_idle_timeout))
     resolve = daemon.config.effective.resolve
     recorded = 0
@@ -178,7 +175,7 @@ def _rate_doc(msgs: float, nbytes: float) -> dict[str, float | None]:
 
 @json_errors
 async def quota(request: web.Request) -> web.Response:
-    daemon = request.app[DAEMON]
+    daemon = request.app[ASKS]
     ns = request.query.get("namespace")
     if not ns or not namespace_ok(ns):  # the same shape rule as /v1/acquire's bodies
         raise bad_request(f"namespace: query parameter must be 'tenant/namespace', got {ns!r}")

@@ -9,13 +9,13 @@ Two pieces instead of an aiohttp middleware: `json_errors`, a decorator on each
 route handler, and `no_route`, a catch-all route registered last for 404/405. A
 middleware would run on every request, together with the current-app wrapper
 aiohttp adds whenever an app has one: about 4 µs of a single acquire's ~20 µs
-handler budget (see bench/bench_acquire.py and issue 2's closing note).
+handler budget (measured with bench/bench_acquire.py).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from importlib import resources
-from typing import Iterator
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from rgd.api.broker import DAEMON
+from rgd.api.daemon_view import DAEMON
 from rgd.api.errors import json_errors, json_response
 
 
 def openapi_bytes() -> bytes:
-    return resources.files("rgd").joinpath("openapi.json").read_bytes()
+    return resources.files("rgd.api").joinpath("openapi.json").read_bytes()
 
 
 @json_errors

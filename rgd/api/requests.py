@@ -5,7 +5,7 @@ nearly all of them, against the `Ask`/`Batch` schema below in one C pass (types,
 ranges, unknown fields); that is about 3x cheaper than JSON plus Python checks
 and a visible share of a single acquire's cost. Anything it refuses goes to the
 hand-written parser, which also accepts 2.0 for 2 and names the bad field in its
-error. tests/test_api_parsing.py holds the two to the same answers.
+error. tests/unit/test_api_parsing.py holds the two to the same answers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import msgspec
 import orjson
 
 from rgd.api.errors import bad_request
-from rgd.groups import KINDS
+from rgd.config.groups import KINDS
 
 MAX_BATCH = 1000
 MAX_MESSAGES = 10_000_000  # per request; more is a client bug, not traffic
@@ -86,7 +86,7 @@ def parse_json(body: bytes) -> Any:
         raise bad_request(f"body: malformed JSON: {exc}") from None
 
 
-def _count(doc: dict, key: str, where: str, limit: int, default: int) -> int:
+def _count(doc: dict[str, Any], key: str, where: str, limit: int, default: int) -> int:
     value = doc.get(key, default)
     if type(value) is not int:
         if type(value) is float and value.is_integer():

@@ -5,7 +5,12 @@
 """
 
 from rgd.quota.calculator import (
-    STRATEGIES, UNSET, QuotaParams, allocate_group, as_peers_see_me, compute_limits,
+    STRATEGIES,
+    UNSET,
+    QuotaParams,
+    allocate_group,
+    as_peers_see_me,
+    compute_limits,
 )
 from rgd.quota.inputs import DimensionInput
 

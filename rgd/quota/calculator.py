@@ -28,10 +28,12 @@ peer reserves for it (QuotaParams.newcomer_fraction), never the full quota.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from rgd.groups import KINDS, ResourceGroup
+from rgd.config.groups import KINDS, ResourceGroup
+from rgd.config.settings import STRATEGY_NAMES
 from rgd.quota import doorman, max_min_fair, pulsar, static
 from rgd.quota.inputs import DimensionInput, QuotaParams, Strategy
 from rgd.quota.model import GroupLimits, KindRates, PeerUsage, min_usage
@@ -50,6 +52,9 @@ STRATEGIES: dict[str, Strategy] = {
     "doorman-fair": doorman.allocate_fair,
     "static": static.allocate,
 }
+if tuple(STRATEGIES) != STRATEGY_NAMES:  # settings validate --strategy against those names
+    raise ImportError(f"rgd.quota.calculator.STRATEGIES {tuple(STRATEGIES)} != "
+                      f"rgd.config.settings.STRATEGY_NAMES {STRATEGY_NAMES}")
 # Strategies that count a daemon's own demand as its peers see it (see module doc).
 # The baselines reproduce other systems, which do not.
 PEER_VIEW_STRATEGIES = frozenset({"rgd"})
@@ -136,7 +141,7 @@ def _dominant_granule(k: KindRates, msgs_quota: float, bytes_quota: float, param
     The mean size is not monotone in the figures (fewer messages of the same bytes make it
     larger), which `_granule` avoids in the bytes dimension; here it only sizes headroom
     water-filled over spare, within the joint budget's bound across views
-    (tests/test_quota_properties.py checks both bounds with it)."""
+    (tests/system/test_quota_properties.py checks both bounds with it)."""
     messages = _granule(k, "messages", params)  # one message per window, in messages/s (0: no demand)
     if not messages:
         return 0.0
@@ -151,7 +156,7 @@ def _dominant_granule(k: KindRates, msgs_quota: float, bytes_quota: float, param
 # broker sends: hypothesis, steered to the largest excess (hypothesis.target), reached
 # 1.1000 at C = 1.1 with messages of 1e-295 and 1e70 bytes; with sizes of 1 B to 5 MiB
 # (Pulsar's maxMessageSize) changing arbitrarily between reports, at most 0.48 % at
-# C = 1.5 and 0.47 % at C = 2 in 4 000 examples each (tests/test_quota_properties.py
+# C = 1.5 and 0.47 % at C = 2 in 4 000 examples each (tests/system/test_quota_properties.py
 # holds such sizes to 10 % over). Why 1.5 and not 1.1: a group whose fair split needs more
 # than the budget leaves part of a quota unused for good, and at 1.1 that was the largest
 # class of what the fuzz failed (coupled groups needing 1.15-1.4 dominant shares; see
@@ -214,7 +219,7 @@ def _joint(
     more than we would get in the view peers hold (compute_limits); and the budget is at
     most JOINT_MAX_BUDGET, so whatever the sizes in any view, shares in force sum to at most
     that many times each quota (the scalar argument in dominant shares, budget C for 1).
-    The property tests (tests/test_quota_properties.py) hold one map to the quota, our
+    The property tests (tests/system/test_quota_properties.py) hold one map to the quota, our
     newer own report against peers' older one to the quota, and any delivery delay to the
     bound; the excesses hypothesis found with budgets up to 2 were 0.08-0.13 %, and the
     fuzz showed none it could tell from counting noise."""
@@ -295,7 +300,7 @@ def _shares(
         if strategy in JOINT_STRATEGIES and msgs_quota > 0 and bytes_quota > 0:
             out[kind] = _joint(usage, kind, ids, float(msgs_quota), float(bytes_quota), params)
             continue
-        pair = []
+        pair: list[dict[str, float] | None] = []
         for dim, rate in zip(("messages", "bytes"), group.rates(kind)):
             if rate < 0:
                 pair.append(None)
@@ -331,7 +336,7 @@ def allocate_group(
 
 
 def as_peers_see_me(
-    usage: Mapping[str, PeerUsage], self_id: str, previous: "PeerUsage | None | _Unset" = UNSET
+    usage: Mapping[str, PeerUsage], self_id: str, previous: PeerUsage | _Unset | None = UNSET
 ) -> Mapping[str, PeerUsage]:
     """The map with our own entry replaced by what every peer already knows of it.
 
@@ -360,14 +365,14 @@ def compute_limits(
     strategy: str = DEFAULT_STRATEGY,
     params: QuotaParams | None = None,
     *,
-    previous: "PeerUsage | None | _Unset" = UNSET,
+    previous: PeerUsage | _Unset | None = UNSET,
     settled: bool = True,
 ) -> GroupLimits:
     """This daemon's limits for `group`: {kind -> (messages/s, bytes/s)}, inf = unlimited.
 
     usage: {daemon -> PeerUsage} for this group, our own newest entry included.
     members: live daemons we know (ourselves included; idle ones too).
-    previous: the smallest of our own entries a peer may hold now (rgd/own_history.py);
+    previous: the smallest of our own entries a peer may hold now (rgd/cluster/own_history.py);
       None if a peer may hold nothing of ours for this group. Pass it: without it an
       increase of our own demand is granted before peers made room, which can
       overshoot the quota until they fold it (see module doc).
@@ -412,7 +417,7 @@ class CalculatorCall:
     members: frozenset[str]
     strategy: str = DEFAULT_STRATEGY
     params: QuotaParams = DEFAULT_PARAMS
-    previous: "PeerUsage | None | _Unset" = UNSET
+    previous: PeerUsage | _Unset | None = UNSET
     settled: bool = True
 
 
@@ -424,7 +429,7 @@ def in_batch(call: CalculatorCall) -> bool:
     return not any(m > 0 and b > 0 for m, b in (call.group.rates(kind) for kind in KINDS))
 
 
-def _add_entries(problems: "max_min_fair_batch.Segments", call: CalculatorCall, ids: list[str], kind: str,
+def _add_entries(problems: max_min_fair_batch.Segments, call: CalculatorCall, ids: list[str], kind: str,
                  dim: str, granule: float) -> None:
     """The members with demand in one dimension of `call`'s map, in id order, as
     `dimension_inputs` would record them: peers' entries as held, ours as peers see it
@@ -455,12 +460,12 @@ def _add_entries(problems: "max_min_fair_batch.Segments", call: CalculatorCall, 
 
 def calculate_many(calls: Sequence[CalculatorCall]) -> list[GroupLimits]:
     """`compute_limits` of every call, the same floats; what the daemon and the simulator
-    call (through rgd.cluster_node.evaluate_all).
+    call (through rgd.cluster.node.evaluate_all).
 
     The common case (`in_batch`: at PIP-82's scale, nearly every call) goes to
     `max_min_fair_batch`, all calls at once; it needs only the members with demand and
     the number of members, not a record for every daemon. The rest go to
-    `compute_limits` one by one. tests/test_quota_batch.py compares the two on
+    `compute_limits` one by one. tests/system/test_quota_batch.py compares the two on
     generated maps."""
     # Imported here: numpy (+10 MB) stays out of `rgd run --cluster-process`'s serving
     # process, which imports this module for start_seconds_for and never calculates.
@@ -513,7 +518,7 @@ def calculate(
     strategy: str = DEFAULT_STRATEGY,
     params: QuotaParams | None = None,
     *,
-    previous: "PeerUsage | None | _Unset" = UNSET,
+    previous: PeerUsage | _Unset | None = UNSET,
     settled: bool = True,
 ) -> GroupLimits:
     """`calculate_many` of one call: `compute_limits`' limits, the same floats."""
@@ -535,8 +540,24 @@ def start_seconds_for(strategy: str) -> float | None:
 
 
 __all__ = [
-    "DEFAULT_PARAMS", "DEFAULT_STRATEGY", "JOINT_STRATEGIES", "STRATEGIES", "PEER_VIEW_STRATEGIES", "UNSET",
-    "CalculatorCall", "DimensionInput", "QuotaParams", "allocate_group", "as_peers_see_me", "calculate",
-    "calculate_many", "compute_limits", "in_batch", "NEW_BUCKET_SECONDS", "start_seconds_for",
-    "dimension_inputs", "dominant_inputs", "strategy_named",
+    "DEFAULT_PARAMS",
+    "DEFAULT_STRATEGY",
+    "JOINT_STRATEGIES",
+    "NEW_BUCKET_SECONDS",
+    "PEER_VIEW_STRATEGIES",
+    "STRATEGIES",
+    "UNSET",
+    "CalculatorCall",
+    "DimensionInput",
+    "QuotaParams",
+    "allocate_group",
+    "as_peers_see_me",
+    "calculate",
+    "calculate_many",
+    "compute_limits",
+    "dimension_inputs",
+    "dominant_inputs",
+    "in_batch",
+    "start_seconds_for",
+    "strategy_named",
 ]

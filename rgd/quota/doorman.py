@@ -20,9 +20,9 @@ the limit it last reported (its outstanding lease):
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
-from rgd.quota.inputs import INF, DimensionInput, QuotaParams, all_ids
+from rgd.quota.inputs import INF, DimensionInput, QuotaParams, Strategy, all_ids
 
 Algorithm = Callable[[float, str, Mapping[str, float]], float]
 
@@ -83,7 +83,7 @@ def _lease(limit: float, capacity: float) -> float:
     return min(capacity, max(0.0, limit))
 
 
-def _with_leases(algorithm: Algorithm):
+def _with_leases(algorithm: Algorithm) -> Strategy:
     def allocate(
         quota: float, entries: Mapping[str, DimensionInput], members: Collection[str], params: QuotaParams
     ) -> dict[str, float]:

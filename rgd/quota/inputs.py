@@ -10,10 +10,10 @@ strategy; the baselines ignore them on purpose (they reproduce other systems).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Callable, Collection, Mapping
 
-from rgd.token_bucket import DEFAULT_BURST_SECONDS
+from rgd.config.settings import DEFAULT_BURST_SECONDS
 
 INF = math.inf
 

@@ -27,7 +27,7 @@ its own demand one tick earlier than its peers do (see calculator.py).
 
 from __future__ import annotations
 
-from typing import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from rgd.quota.inputs import INF, DimensionInput, QuotaParams
 

@@ -8,7 +8,7 @@ every (group, dimension) is a *segment* of flat arrays and each step of `max_min
 runs once for all segments. The water-filling goes column by column: step k serves the
 k-th smallest want of every segment still filling. That is the same sequence of float
 operations as the per-group loop, sums included (added in the same order, never
-pairwise), so the shares are the same floats: tests/test_quota_batch.py compares them
+pairwise), so the shares are the same floats: tests/system/test_quota_batch.py compares them
 with the per-group code on generated maps, `repr` for `repr`.
 
 Python's `max(a, x)` returns `a` unless `x > a`; numpy's `maximum` may return -0.0 where

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rgd.groups import KINDS
+from rgd.config.groups import KINDS
 
 INF = math.inf
 
@@ -46,7 +46,7 @@ IDLE = KindRates()
 
 @dataclass(frozen=True, slots=True)
 class PeerUsage:
-    """One daemon's last report for one group: one KindRates per kind (rgd.groups.KINDS).
+    """One daemon's last report for one group: one KindRates per kind (rgd.config.groups.KINDS).
 
     `replication` comes after `reports` so that positional construction of the first
     three fields keeps its meaning."""
@@ -57,7 +57,8 @@ class PeerUsage:
     replication: KindRates = IDLE
 
     def kind(self, kind: str) -> KindRates:
-        return getattr(self, kind)
+        rates: KindRates = getattr(self, kind)  # kind is one of KINDS, each a KindRates field
+        return rates
 
     @property
     def idle(self) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from rgd.quota.inputs import INF, DimensionInput, QuotaParams, all_ids
 
@@ -32,7 +32,8 @@ _F32 = struct.Struct("<f")
 
 def f32(x: float) -> float:
     """Round to the nearest IEEE-754 single, as a Java `float` holds it."""
-    return _F32.unpack(_F32.pack(x))[0]
+    (single,) = _F32.unpack(_F32.pack(x))
+    return float(single)
 
 
 def java_long_of_float(x: float) -> int:

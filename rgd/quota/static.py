@@ -6,7 +6,7 @@ is agreed, but wastes every share a member does not use.
 
 from __future__ import annotations
 
-from typing import Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from rgd.quota.inputs import INF, DimensionInput, QuotaParams, all_ids
 

@@ -5,7 +5,7 @@
 - archive.py: copying closed segments to a directory or fsspec URI, and the lag figures;
 - log.py: `UsageLog`, the facade the daemon calls once per report and once per tick;
 - resume.py: what a same-id restart resumes from, read back from the log (not imported
-  here: it needs rgd.cluster_node).
+  here: it needs rgd.cluster.node).
 """
 
 from rgd.usage_log.archive import LagFigures

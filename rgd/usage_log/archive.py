@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rgd.storage import filesystem
+from rgd.config.storage import filesystem
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +164,7 @@ class ClosedState:
 
 @dataclass(frozen=True, slots=True)
 class LagFigures:
-    """Gauges for rgd/metrics.py; all zero when nothing is behind.
+    """Gauges for rgd/api/metrics.py; all zero when nothing is behind.
 
     unarchived_*: closed segments not yet copied to the archive (0 without one).
     undeleted_*: archived segments past the retention still on local disk.

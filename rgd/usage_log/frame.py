@@ -23,6 +23,7 @@ resynchronises after corruption in the middle of a segment.
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ def encode_frame(metadata: LogEntryMetadata | bytes, payload: bytes = b"") -> by
     return b"".join((MAGIC, body, _U32.pack(zlib.crc32(body))))
 
 
-def decode_frame(buf: bytes | memoryview, offset: int = 0) -> Frame:
+def decode_frame(buf: bytes | memoryview | mmap.mmap, offset: int = 0) -> Frame:
     """Decode the frame that starts at `offset`, or raise FrameError saying why not.
 
     Checks, in order: magic, metadata length bound, the bytes being there,
@@ -102,7 +103,8 @@ def decode_frame(buf: bytes | memoryview, offset: int = 0) -> Frame:
         raise FrameError("CRC mismatch", offset)
     meta = LogEntryMetadata()
     try:
-        meta.ParseFromString(mv[offset + HEADER:offset + HEADER + meta_len])
+        # protobuf parses from any buffer (no copy); types-protobuf declares only bytes
+        meta.ParseFromString(mv[offset + HEADER:offset + HEADER + meta_len])  # type: ignore[arg-type]
     except Exception as exc:  # protobuf raises DecodeError; CRC passed, so the writer wrote junk
         raise FrameError(f"metadata does not parse ({exc})", offset) from exc
     return Frame(offset, end, meta, bytes(mv[p + 4:end - 4]))

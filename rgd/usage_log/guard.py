@@ -12,8 +12,9 @@ per state change, never a traceback per tick.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rgd.usage_log.log import UsageLog
 

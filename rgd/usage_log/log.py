@@ -18,13 +18,19 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rgd.usage_log.archive import ArchiveTarget, ClosedState, LagFigures, Uploader, compute_lag
 from rgd.usage_log.frame import PUBLISHED, RECEIPT, encode_frame
 from rgd.usage_log.segment import (
-    SegmentWriter, closed_name, fsync_dir, last_good_frame, parse_name, safe_daemon,
+    SegmentWriter,
+    closed_name,
+    fsync_dir,
+    last_good_frame,
+    parse_name,
+    safe_daemon,
 )
 from rgd.wire.log_entry_pb2 import LogEntryMetadata
 
@@ -79,7 +85,7 @@ class UsageLog:
     # -- startup ----------------------------------------------------------------------------
 
     def _take_lock(self) -> Any:
-        fh = open(self.directory / f"{self.safe_id}.lock", "a+")
+        fh = open(self.directory / f"{self.safe_id}.lock", "a+")  # noqa: SIM115 - held (locked) while the log is open
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -278,7 +284,7 @@ class UsageLog:
         self._closed_flag = True
         self._lock_fh.close()
 
-    def __enter__(self) -> "UsageLog":
+    def __enter__(self) -> UsageLog:
         return self
 
     def __exit__(self, *exc: object) -> None:

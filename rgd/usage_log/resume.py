@@ -1,7 +1,7 @@
 """What a same-id restart resumes from, read back from its own usage log.
 
 Peers keep counting a member's last group entries until they evict it (see
-rgd.cluster_node.Resume), so a daemon restarted with the same id can resume near its
+rgd.cluster.node.Resume), so a daemon restarted with the same id can resume near its
 old share if it knows what those entries were, and which peers to wait for. The
 usage log already holds both, durably and without a new file: every report the
 daemon published (its exact bytes) and one receipt per report it received. Reading
@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rgd.cluster_node import Resume
+from rgd.cluster.node import Resume
+from rgd.cluster.report_builder import peer_usage
 from rgd.quota.model import PeerUsage
-from rgd.report_builder import peer_usage
 from rgd.usage_log.frame import PUBLISHED, RECEIPT
 from rgd.usage_log.segment import parse_name, read_segment, safe_daemon
 from rgd.wire.usage_report_pb2 import UsageReport
@@ -30,7 +30,7 @@ def resume_from_log(directory: str | os.PathLike[str], daemon_id: str, wall_now:
 
     window_s: how far back to look (peers drop an unconfirmed entry after the safety TTL,
       so nothing older can still be counted for us).
-    refresh_reports: K + 1 (rgd.map_keeper): peers drop our entry for a group after that
+    refresh_reports: K + 1 (rgd.cluster.map_keeper): peers drop our entry for a group after that
       many consecutive tick reports of ours without it, so such a group is not resumed.
     ttl_s: the peers we heard within this long before our last report are the members to
       wait for (a member silent longer had been evicted).
@@ -57,7 +57,7 @@ def resume_from_log(directory: str | os.PathLike[str], daemon_id: str, wall_now:
                 report = UsageReport()
                 try:
                     report.ParseFromString(frame.payload)
-                except Exception:  # noqa: BLE001 - a damaged entry: resume without it
+                except Exception:  # a damaged entry: resume without it
                     continue
                 if report.daemon_id == daemon_id:
                     published.append(report)

@@ -24,9 +24,9 @@ from __future__ import annotations
 import mmap
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from rgd.usage_log.frame import Frame, FrameError, decode_frame, next_magic
 
@@ -130,11 +130,12 @@ def iter_frames(buf: bytes, stats: ScanStats | None = None) -> Iterator[Frame]:
         try:
             frame = decode_frame(buf, pos)
         except FrameError as exc:
-            frame = _next_good(buf, pos + 1)
-            if frame is None:
+            found = _next_good(buf, pos + 1)
+            if found is None:
                 st.tail_bytes = n - pos
                 st.note(f"torn tail of {n - pos} bytes at offset {pos} ({exc.args[0]})")
                 return
+            frame = found
             st.corrupt_regions += 1
             st.bytes_skipped += frame.offset - pos
             st.note(f"corrupt region of {frame.offset - pos} bytes at offset {pos} ({exc.args[0]}); "
@@ -229,7 +230,7 @@ class SegmentWriter:
         self.created = created
         self.first_write: float | None = None  # clock time of the first record (age roll)
         self.path = directory / open_name(daemon_id, first_index)
-        self._fh = open(self.path, "ab", buffering=buffer_size)
+        self._fh = open(self.path, "ab", buffering=buffer_size)  # noqa: SIM115 - the segment's, closed by close()
         self.size = self._fh.tell()
         self._done: tuple[ClosedSegment | None] | None = None  # close()'s result once it succeeded
 

@@ -1,0 +1,297 @@
+"""Resource groups and their attachment to topics, namespaces and tenants (PIP-82, Pulsar admin v2).
+
+A group holds two rates (messages/s, bytes/s; -1 = unlimited) per kind of
+traffic, in the fields of Pulsar's `ResourceGroup` policy: publish, dispatch and
+replication dispatch. A request resolves to its topic's attachment first, then
+its namespace's, then its tenant's (Pulsar: topic over namespace); with none it
+is unlimited. This module is pure data + validation: the config file, the admin
+API and the cluster config topic all build groups through
+`ResourceGroup.from_admin`, so one set of rules names every bad field the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("publish", "dispatch", "replication")
+
+# Admin v2 field names per kind (messages/s, bytes/s), as Pulsar's ResourceGroup names them.
+KIND_FIELDS: dict[str, tuple[str, str]] = {
+    "publish": ("publishRateInMsgs", "publishRateInBytes"),
+    "dispatch": ("dispatchRateInMsgs", "dispatchRateInBytes"),
+    "replication": ("replicationDispatchRateInMsgs", "replicationDispatchRateInBytes"),
+}
+RATE_FIELDS = tuple(f for kind in KINDS for f in KIND_FIELDS[kind])
+UNLIMITED = -1.0
+# A rate above this is a typo, not a limit (about 1e15 msg/s or bytes/s).
+MAX_RATE = 1e15
+
+# Pulsar's NamedEntity rule for tenant, namespace, cluster and topic names, applied as
+# Java applies it: Pattern.matches on the whole string, and Java's \w is ASCII-only.
+# (Empty is refused besides: an empty name cannot be a path segment.)
+_NAME_RE = re.compile(r"[-=:.\w]+", re.ASCII)
+TOPIC_DOMAINS = ("persistent", "non-persistent")
+
+
+class InvalidGroup(ValueError):
+    """A group, attachment or name that does not validate; the message names the field."""
+
+
+def check_name(what: str, value: Any) -> str:
+    """Group, tenant and namespace names: Pulsar's `^[-=:.\\w]*$` (ASCII letters, digits, _ - = : .)."""
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+        raise InvalidGroup(
+            f"{what}: {value!r} is not a valid name "
+            "(ASCII letters, digits and _ - = : . as Pulsar allows)"
+        )
+    return value
+
+
+def check_namespace(value: Any, what: str = "namespace") -> str:
+    """A namespace is 'tenant/ns'."""
+    if not isinstance(value, str) or value.count("/") != 1:
+        raise InvalidGroup(f"{what}: {value!r} must be 'tenant/namespace'")
+    tenant, ns = value.split("/")
+    check_name(f"{what} tenant", tenant)
+    check_name(f"{what} name", ns)
+    return value
+
+
+def check_topic(value: Any, what: str = "topic") -> str:
+    """A full topic name 'persistent://tenant/namespace/topic' (or non-persistent://)."""
+    topic = value if isinstance(value, str) else ""
+    domain, sep, rest = topic.partition("://")
+    parts = rest.split("/")
+    if not sep or domain not in TOPIC_DOMAINS or len(parts) != 3 or not parts[2]:
+        raise InvalidGroup(f"{what}: {value!r} must be 'persistent://tenant/namespace/topic'")
+    check_namespace(f"{parts[0]}/{parts[1]}", what)
+    check_name(f"{what} local name", parts[2])
+    return topic
+
+
+_PARTITION = re.compile(r"-partition-\d+$")
+
+
+def base_topic(topic: str) -> str:
+    """A partition's policies are its partitioned topic's, as in Pulsar."""
+    return _PARTITION.sub("", topic)
+
+
+def check_rate(field_name: str, value: Any) -> float:
+    """-1 means unlimited; otherwise a finite number >= 0 (0 blocks the kind)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidGroup(f"{field_name}: expected a number (-1 = unlimited), got {value!r}")
+    rate = float(value)
+    if rate == UNLIMITED:
+        return UNLIMITED
+    if not math.isfinite(rate) or rate < 0 or rate > MAX_RATE:
+        raise InvalidGroup(
+            f"{field_name}: {value!r} is out of range (-1 for unlimited, or 0..{MAX_RATE:.0e})"
+        )
+    return rate
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceGroup:
+    """One group's configured cluster-wide quota, per second."""
+
+    name: str
+    publish_msgs: float = UNLIMITED
+    publish_bytes: float = UNLIMITED
+    dispatch_msgs: float = UNLIMITED
+    dispatch_bytes: float = UNLIMITED
+    replication_msgs: float = UNLIMITED
+    replication_bytes: float = UNLIMITED
+
+    def rates(self, kind: str) -> tuple[float, float]:
+        """(messages/s, bytes/s) of one of KINDS; -1 = unlimited."""
+        if kind == "publish":
+            return self.publish_msgs, self.publish_bytes
+        if kind == "dispatch":
+            return self.dispatch_msgs, self.dispatch_bytes
+        return self.replication_msgs, self.replication_bytes
+
+    def to_admin(self) -> dict[str, Any]:
+        """Pulsar admin v2 JSON shape (every field; -1 = unlimited)."""
+        return {
+            field_name: _admin_number(rate)
+            for kind in KINDS
+            for field_name, rate in zip(KIND_FIELDS[kind], self.rates(kind))
+        }
+
+    @classmethod
+    def from_admin(
+        cls, name: str, body: Any, base: ResourceGroup | None = None, where: str = "",
+        strict: bool = True,
+    ) -> ResourceGroup:
+        """Build from an admin v2 mapping. Missing (or null) fields keep `base`'s value,
+        as Pulsar's update does (read-modify-write). Unknown fields: with `strict` (the
+        config file) an error, so a misspelt limit is never silently unlimited; without
+        (the admin API, the config topic) ignored, as Pulsar ignores them; the caller
+        names them with `unknown_fields`."""
+        prefix = f"{where}." if where else ""
+        check_name(f"{prefix}name", name)
+        if not isinstance(body, Mapping):
+            raise InvalidGroup(f"{where or 'body'}: expected an object with {', '.join(RATE_FIELDS)}")
+        unknown = unknown_fields(body)
+        if unknown and strict:
+            raise InvalidGroup(
+                f"{prefix}{unknown[0]}: unknown field (expected one of {', '.join(RATE_FIELDS)})"
+            )
+        current = base.to_admin() if base else {}
+        values = [
+            check_rate(f"{prefix}{f}", body[f]) if body.get(f) is not None
+            else float(current.get(f, UNLIMITED))
+            for f in RATE_FIELDS
+        ]
+        return cls(name, *values)
+
+
+def unknown_fields(body: Mapping[Any, Any]) -> list[str]:
+    """Keys of an admin body that are not rate fields, sorted (for warnings)."""
+    return sorted(str(k) for k in body if k not in RATE_FIELDS)
+
+
+_QUOTA_ATTRS = ("publish_msgs", "publish_bytes", "dispatch_msgs", "dispatch_bytes",
+                "replication_msgs", "replication_bytes")
+
+
+def higher_quota(a: ResourceGroup, b: ResourceGroup) -> ResourceGroup:
+    """Two configs of one group merged rate by rate, the higher one (unlimited is highest).
+    For judging what a peer may have admitted around a config change: a peer's report
+    covers a tick it may have spent under either config."""
+    def higher(x: float, y: float) -> float:
+        return UNLIMITED if x < 0 or y < 0 else max(x, y)
+    return ResourceGroup(b.name, *(higher(getattr(a, f), getattr(b, f)) for f in _QUOTA_ATTRS))
+
+
+class QuotaCeilings(Mapping[str, ResourceGroup]):
+    """The configured groups as peers' reports are judged by around config changes: a
+    group that changed lately counts with the higher of its current and earlier quotas
+    (higher_quota). `earlier` holds, per recent change, only the groups it changed (their
+    config before it). Lazy on purpose: only the groups a report names are looked up; a
+    reload that changes every one of 10,000 groups used to merge all of them on the event
+    loop (~150 ms), and every report received copied the whole registry."""
+
+    __slots__ = ("current", "earlier")
+
+    def __init__(self, current: Mapping[str, ResourceGroup], earlier: list[Mapping[str, ResourceGroup]]) -> None:
+        self.current = current
+        self.earlier = earlier
+
+    def __getitem__(self, name: str) -> ResourceGroup:
+        group = self.current[name]  # a group not configured now is not judged (KeyError)
+        for changed in self.earlier:
+            before = changed.get(name)
+            if before is not None:
+                group = higher_quota(before, group)
+        return group
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.current)
+
+    def __len__(self) -> int:
+        return len(self.current)
+
+
+def _admin_number(rate: float) -> float | int:
+    return int(rate) if rate == int(rate) else rate
+
+
+@dataclass(slots=True)
+class GroupRegistry:
+    """Groups plus topic/namespace/tenant attachments, with a resolve cache for the hot path."""
+
+    groups: dict[str, ResourceGroup] = field(default_factory=dict)
+    namespaces: dict[str, str] = field(default_factory=dict)  # "tenant/ns" -> group
+    tenants: dict[str, str] = field(default_factory=dict)  # tenant -> group
+    topics: dict[str, str] = field(default_factory=dict)  # "persistent://t/ns/topic" -> group
+    _cache: dict[str, ResourceGroup | None] = field(default_factory=dict, repr=False)
+
+    def resolve(self, namespace: str, topic: str | None = None) -> ResourceGroup | None:
+        """The group that limits a request: its topic's attachment (a partition's is its
+        partitioned topic's), else its namespace's, else its tenant's."""
+        if topic is not None and self.topics:
+            name = self.topics.get(topic) or self.topics.get(base_topic(topic))
+            if name is not None and name in self.groups:
+                return self.groups[name]
+        try:
+            return self._cache[namespace]
+        except KeyError:
+            pass
+        name = self.namespaces.get(namespace)
+        if name is None:
+            name = self.tenants.get(namespace.partition("/")[0])
+        group = self.groups.get(name) if name is not None else None
+        if len(self._cache) > 100_000:  # bounded: namespaces come from clients
+            self._cache.clear()
+        self._cache[namespace] = group
+        return group
+
+    def applied_to_topic(self, topic: str) -> str | None:
+        """The group in force for a topic (Pulsar's `applied=true`): topic, namespace, tenant."""
+        name = self.topics.get(topic)
+        if name is None:
+            tenant_ns = topic.partition("://")[2].rsplit("/", 1)[0]
+            name = self.namespaces.get(tenant_ns) or self.tenants.get(tenant_ns.partition("/")[0])
+        return name
+
+    def namespaces_of(self, group: str) -> list[str]:
+        """Attachments of a group (topics, namespaces, tenants), for the admin API and reports."""
+        return sorted(
+            [ns for ns, g in self.namespaces.items() if g == group]
+            + [t for t, g in self.tenants.items() if g == group]
+            + [t for t, g in self.topics.items() if g == group]
+        )
+
+    def copy(self) -> GroupRegistry:
+        return GroupRegistry(dict(self.groups), dict(self.namespaces), dict(self.tenants), dict(self.topics))
+
+    def validate_attachments(self) -> None:
+        """Every attachment must name a defined group."""
+        for what, table in (("namespaces", self.namespaces), ("tenants", self.tenants), ("topics", self.topics)):
+            for key, group in table.items():
+                if group not in self.groups:
+                    raise InvalidGroup(f"{what}.{key}: resource group {group!r} is not defined")
+
+
+# Config-file sections of attachments, each also a GroupRegistry table.
+ATTACHMENT_SECTIONS = ("topics", "namespaces", "tenants")
+
+
+def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegistry:
+    """Parse the `resourcegroups` / `topics` / `namespaces` / `tenants` sections of a config document."""
+    reg = GroupRegistry()
+    groups = doc.get("resourcegroups") or {}
+    if not isinstance(groups, Mapping):
+        raise InvalidGroup(f"{where}resourcegroups: expected a mapping of name -> rates")
+    for name, body in groups.items():
+        reg.groups[str(name)] = ResourceGroup.from_admin(
+            str(name), body or {}, where=f"{where}resourcegroups.{name}"
+        )
+    checks = {"topics": check_topic, "namespaces": check_namespace}
+    for section in ATTACHMENT_SECTIONS:
+        table = doc.get(section) or {}
+        if not isinstance(table, Mapping):
+            raise InvalidGroup(f"{where}{section}: expected a mapping of name -> resource group")
+        target = getattr(reg, section)
+        for key, group in table.items():
+            if section == "tenants":
+                check_name(f"{where}{section}.{key}", key)
+            else:
+                checks[section](key, f"{where}{section}.{key}")
+            check_name(f"{where}{section}.{key}", group)
+            target[str(key)] = group
+    reg.validate_attachments()
+    return reg
+
+
+__all__ = [
+    "ATTACHMENT_SECTIONS", "KINDS", "KIND_FIELDS", "MAX_RATE", "RATE_FIELDS", "TOPIC_DOMAINS", "UNLIMITED",
+    "GroupRegistry", "InvalidGroup", "QuotaCeilings", "ResourceGroup", "base_topic", "check_name", "check_namespace",
+    "check_rate", "check_topic", "higher_quota", "registry_from_mapping", "unknown_fields",
+]

@@ -1,0 +1,776 @@
+"""Daemon wiring: HTTP server, Pulsar session supervisor, tick loop, config watcher.
+
+The cluster logic (collect -> report -> read -> compute) is `ClusterNode`'s,
+without I/O, shared with the simulator; this module is its edges: publishing
+and signing reports, vetting received ones into an inbox folded between ticks, the
+usage log, metrics, config from the file and the config topic. Reports are
+folded as they arrive (every react interval, a twentieth of a tick), not only on the tick. Each concern is
+a small asyncio task; `stop()` publishes the `leaving` report, cancels the
+tasks in reverse order and releases the broker it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rgd.api.app import build_app
+from rgd.api.connection_guard import ConnectionGuard
+from rgd.api.metrics import LimiterCollector, Metrics
+from rgd.api.pulsar_metrics import PulsarMetrics
+from rgd.api.sites import HttpListeners
+from rgd.cluster.node import REJECT_OWN, ClusterNode, NodeConfig, Resume, TickOutcome, evaluate_all, start_seconds_for
+from rgd.cluster.report_builder import bound_report
+from rgd.cluster.report_codec import REJECT_MALFORMED, HmacKeys, Rejected, serialize_report
+from rgd.cluster.suppression import SuppressionPolicy
+from rgd.cluster.usage_map import EVICT_LEAVING, EVICT_TTL, UsageMap
+from rgd.config.file import ConfigDocument, ConfigError
+from rgd.config.groups import KINDS, ResourceGroup
+from rgd.config.reload import ConfigReloader
+from rgd.config.settings import Settings
+from rgd.config.store import ConfigChange, ConfigStore
+from rgd.daemon.gc_pacing import GcPacer
+from rgd.limiting.limiter import Limiter
+from rgd.quota.inputs import QuotaParams
+from rgd.quota.model import INF
+from rgd.transport.broker_liveness import BrokerLiveness, echo_deadline
+from rgd.transport.embedded_broker import EmbeddedBroker, start_or_join
+from rgd.transport.session import PulsarSession
+from rgd.usage_log import UsageLog
+from rgd.usage_log.guard import LogGuard
+from rgd.usage_log.resume import resume_from_log
+from rgd.wire.usage_report_pb2 import UsageReport
+
+log = logging.getLogger("rgd.daemon")
+
+MAX_INBOX = 10_000  # reports waiting to be folded; beyond this the oldest are dropped
+# ... and beyond this many bytes (of the entries we fold, as vetted on arrival): a daemon
+# that falls behind would otherwise hold reports it will fold too late anyway.
+MAX_INBOX_BYTES = 64 * 1024 * 1024
+REACTS_PER_TICK = 20  # between ticks: fold, early reports, recompute what changed, this often
+MEMBER_ADMISSIONS_PER_TICK = 2.0  # unsigned reports: new daemon ids admitted per tick after a burst of 8
+INLINE_GROUPS = 250  # a recompute of more groups runs the calculator off the event loop, this many at a time
+DRAIN_SLICE = 0.004  # vetting and folding reports yield to the loop this often (seconds)
+CALC_DUTY = 0.5  # large recomputes take at most this share of the time (see Daemon.recompute)
+
+
+class _LoopSlice:
+    """Long work on the event loop, let go every DRAIN_SLICE: `pause_if_due` yields to the
+    loop (asks waiting) once that long has passed since the last pause."""
+
+    def __init__(self) -> None:
+        self.end = time.perf_counter() + DRAIN_SLICE
+
+    async def pause_if_due(self) -> bool:
+        """Whether it paused (whatever was checked before may have changed)."""
+        if time.perf_counter() <= self.end:
+            return False
+        await asyncio.sleep(0)
+        self.end = time.perf_counter() + DRAIN_SLICE
+        return True
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """A report vetted as it arrived (ClusterNode.vet: only the entries we fold), waiting
+    in the inbox to be folded."""
+
+    report: UsageReport
+    raw: bytes  # the message as received, kept only when the usage log keeps receipts' payloads
+    size: int  # what it holds, in bytes (MAX_INBOX_BYTES counts this)
+    received_at: float  # wall clock, for the usage log's receipt
+
+
+class Daemon:
+    def __init__(self, settings: Settings, config_doc: ConfigDocument | None = None,
+                 limiter_class: type[Limiter] = Limiter) -> None:
+        self.settings = settings
+        self.clock = time.monotonic
+        # Set by the process's owner (`rgd run`): paces full garbage collections after each
+        # tick (rgd.daemon.gc_pacing). None: the embedding process's collector is left alone.
+        self.gc_pacer: GcPacer | None = None
+        # Set by rgd.daemon.cluster_process: HTTP reaches us only through the serving process, on a
+        # private socket, which names each request's client in a header (rgd.api.admin).
+        self.behind_serving_process = False
+        self.incarnation = int(time.time() * 1000)
+        self.metrics = Metrics()
+        self.config = ConfigStore()
+        self.config_doc = config_doc
+        if config_doc is not None:
+            self.config.set_base(config_doc.registry)
+        node_config = node_config_for(settings)
+        self.node = ClusterNode(
+            node_config,
+            self.incarnation, self.clock, lambda _now: int(time.time() * 1000),
+            lambda: self.config.effective.groups,
+            HmacKeys.load(settings.report_hmac_keys_file) if settings.report_hmac_keys_file else None,
+            hearing=False,  # until the session is open: a tick of listening starts then
+            resume=self._resume_state(node_config),
+            limiter_class=limiter_class,
+        )
+        self.limiter: Limiter = self.node.limiter  # the node's, for good: a plain attribute for the hot path
+        self.admin_tokens = _load_tokens(settings.admin_tokens_file)
+        self.last_local_rates: dict[tuple[str, str], tuple[float, float]] = {}
+        self.inbox: asyncio.Queue[Inbound] = asyncio.Queue(MAX_INBOX)
+        self.inbox_bytes = 0
+        self.session: PulsarSession | None = None
+        # Whether the broker carries messages, not just whether its socket is open.
+        self.liveness = BrokerLiveness(echo_deadline(settings.tick), self.clock())
+        self._unresponsive: str | None = None  # why the broker counted as not answering at the last check
+        self.pending_changes: list[ConfigChange] = []
+        self._flushing = asyncio.Lock()  # one flush at a time: each publishes the head, then pops it
+        self.broker: EmbeddedBroker | None = None
+        self.pulsar_url = settings.pulsar_url
+        self.usage_log: UsageLog | None = None
+        self.listeners = HttpListeners()
+        self.log_guard: LogGuard | None = None  # every log call goes through it: a full disk never stops a tick
+        self.started = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._calculating = False  # a recompute is running its calculator off the loop
+        self._building_tick_report = False  # the tick's report is built in steps: no react meanwhile
+        self._calc_resume_at = 0.0  # ... and the next large one waits until then (CALC_DUTY)
+        # The scrape-time view of our state, read through the API layer's ObservedState.
+        self.metrics.registry.register(LimiterCollector(self))
+        self.pulsar_metrics = PulsarMetrics(self, self.metrics.registry) if settings.pulsar_metrics else None
+
+    @property
+    def connection_guard(self) -> ConnectionGuard | None:
+        return self.listeners.guard
+
+    @property
+    def bound_port(self) -> int | None:
+        """The first TCP address's port; None with unix sockets only (or before start)."""
+        return self.listeners.bound_port
+
+    def _resume_state(self, config: NodeConfig) -> Resume | None:
+        """A same-id restart resumes from what our predecessor left in the usage log
+        (rgd.cluster.node.Resume); a log we cannot read means starting as a newcomer."""
+        tick = config.tick_seconds
+        try:
+            resume = resume_from_log(
+                self.settings.log_dir, self.settings.id, time.time(), self.clock(),
+                window_s=config.safety_ttl_ticks * tick, refresh_reports=config.suppression.max_skipped_ticks + 1,
+                ttl_s=config.ttl_ticks * tick,
+            )
+        except Exception as exc:
+            log.warning("usage log at %s not read to resume from: %s", self.settings.log_dir, exc)
+            return None
+        if resume is not None:
+            log.info("resuming: %d group entries peers may still count for us, %d members to hear",
+                     len(resume.entries), len(resume.members))
+        return resume
+
+    @property
+    def usage_map(self) -> UsageMap:
+        return self.node.usage_map
+
+    @property
+    def ticks(self) -> int:
+        return self.node.ticks
+
+    @property
+    def session_open(self) -> bool:
+        """The Pulsar client says its connections are up (a frozen broker's stay up too)."""
+        return self.session is not None and self.session.connected
+
+    @property
+    def connected(self) -> bool:
+        """The broker carries our messages: the session is open and our reports come back."""
+        return self.session_open and self.liveness.unresponsive(self.clock()) is None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind the HTTP port first (a taken port fails before anything else starts), then
+        the embedded broker if any. A failed start releases whatever it had started."""
+        try:
+            await self._start()
+        except BaseException:
+            await self._release()
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        self._open_usage_log()
+        await self.listeners.open(build_app(self, forwarded=self.behind_serving_process), s,
+                                  embedded_broker=not self.pulsar_url)
+        if not self.pulsar_url:
+            self.broker = await asyncio.to_thread(start_or_join, s.data_dir)
+            self.pulsar_url = self.broker.url
+        self._tasks = [
+            asyncio.create_task(self._supervise_pulsar(), name="pulsar"),
+            asyncio.create_task(self._tick_loop(), name="tick"),
+            asyncio.create_task(self._react_loop(), name="react"),
+        ]
+        if self.config_doc is not None:
+            self._tasks.append(asyncio.create_task(self._watch_config_file(), name="config-watch"))
+        self.started = True
+        log.info("rgd %s listening on %s (TCP port %s), broker %s", s.id, s.listen, self.bound_port, self.pulsar_url)
+
+    async def stop(self) -> None:
+        """Graceful: tell peers we leave, then release everything we hold."""
+        if not self.started:
+            return
+        self.started = False
+        # Whenever the session is open, even if our last report has not come back yet: a
+        # peer that misses the leaving report waits out the TTL with our share idle, while
+        # a broker that is really frozen costs at most the 2 s bound below.
+        if self.session_open:
+            try:
+                data = await asyncio.wait_for(self._publish(self.node.leaving_report(self.clock())), 2.0)
+                if self.log_guard is not None:
+                    self.log_guard.append_published(data)
+            except Exception as exc:
+                log.warning("could not publish the leaving report: %s", exc)
+        for task in reversed(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._release()
+
+    async def _release(self) -> None:
+        """Close what start() opened, whichever part of it ran; safe to call twice."""
+        session, self.session = self.session, None
+        if session is not None:
+            await session.close()
+        await self.listeners.close()
+        usage_log, self.usage_log = self.usage_log, None
+        self.log_guard = None
+        if usage_log is not None:
+            try:
+                usage_log.close()
+            except OSError as exc:  # a full disk: the open segment is recovered at the next start
+                log.error("usage log not closed cleanly: %s", exc)
+        broker, self.broker = self.broker, None
+        if broker is not None:
+            await asyncio.to_thread(broker.stop)
+
+    def _open_usage_log(self) -> None:
+        s = self.settings
+        self.usage_log = UsageLog(
+            s.log_dir, s.id, segment_max_bytes=s.log_segment_bytes, segment_max_age_s=s.log_segment_age,
+            archive_uri=s.archive_uri or None, retention_s=s.log_retention,
+            keep_receipt_payloads=s.log_receipt_payloads,
+        )
+        self.log_guard = LogGuard(self.usage_log)
+
+    def log_lag(self) -> list[tuple[str, str, float]] | None:
+        if self.usage_log is None:
+            return None
+        lag = self.usage_log.lag()
+        return [
+            ("rgd_log_unarchived_records", "Records in closed segments not yet archived", lag.unarchived_records),
+            ("rgd_log_undeleted_records", "Records past retention not yet deleted", lag.undeleted_records),
+            ("rgd_log_oldest_unarchived_age_seconds", "Age of the oldest closed segment not yet archived",
+             lag.oldest_unarchived_age_s),
+        ]
+
+    # -- readiness -------------------------------------------------------------------------
+
+    def refresh_liveness(self) -> bool:
+        """Check the broker now, between ticks: /readyz and /metrics then agree with each
+        other and with the log, whatever the tick phase (a frozen broker sends nothing that
+        would wake `react`, so without this the gauge lagged /readyz by up to a tick)."""
+        if self.ticks == 0:  # starting: the first tick makes the first check
+            return self.connected
+        return self._check_broker(self.clock())
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        connected = self.refresh_liveness()
+        detail = {
+            "broker_connected": connected,
+            "broker_url": self.pulsar_url,
+            "broker_unresponsive": self._unresponsive if self.ticks else None,
+            "ticks": self.ticks,
+            "members": sorted(self.node.members()),
+            "safe_share": self.node.safe_share_active(),
+            "config_file": self.config_doc.path if self.config_doc else None,
+            "degraded": self.degraded(),
+        }
+        # Ready once we have listened to the topic for a full tick with the broker up: by
+        # then we have heard our peers, so our limits are a share, not a guess.
+        return connected and self.ticks >= 1 and self.node.settled(), detail
+
+    def degraded(self) -> list[str]:
+        """What is failing while the daemon still serves (readiness stays as it was)."""
+        out = []
+        if self.log_guard is not None and self.log_guard.state.failing:
+            out.append(f"usage_log: {self.log_guard.state.reason}")
+        return out
+
+    # -- pulsar ----------------------------------------------------------------------------
+
+    async def _supervise_pulsar(self) -> None:
+        backoff = 0.2
+        while True:
+            session = PulsarSession(self.pulsar_url, self.settings, f"rgd-{self.settings.id}-{self.incarnation}")
+            try:
+                await session.open()
+            except asyncio.CancelledError:
+                await session.close()
+                raise
+            except Exception as exc:
+                log.warning("pulsar session to %s failed to open: %s (retry in %.1fs)", self.pulsar_url, exc, backoff)
+                await session.close()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            backoff = 0.2
+            self.liveness.reset(self.clock())
+            self.session = session
+            if self.node.set_hearing(True, self.clock()) and self.node.ticks:
+                log.info("broker reachable again; reconverging")
+            self.metrics.broker_reconnects.inc()
+            self.metrics.broker_connected.set(1)
+            await self._flush_changes()
+            receive = asyncio.create_task(self._receive_loop(session))
+            config = asyncio.create_task(self._config_loop(session))
+            try:
+                await asyncio.gather(receive, config)
+            except asyncio.CancelledError:
+                receive.cancel()
+                config.cancel()
+                raise
+            except Exception as exc:  # the client gave up on this session: open a new one
+                log.warning("pulsar session failed: %s; reopening", exc)
+                receive.cancel()
+                config.cancel()
+                self.session = None
+                self.metrics.broker_connected.set(0)
+                await session.close()
+
+    async def _receive_loop(self, session: PulsarSession) -> None:
+        """Vet each message as it arrives and queue what we fold of it. Vetting here, not
+        when the inbox is drained, is what bounds our memory at PIP-82's scale: a peer's
+        report is ~0.9 MB of which we fold a few percent, and a second of 99 of them waiting
+        whole held ~60 MB. The cost is the same, one message at a time between asks."""
+        keep_raw = self.usage_log is not None and self.usage_log.keep_receipt_payloads
+        # Receives asked for ahead complete without a pause when reports queue up (the first
+        # round's 99 full reports), and vetting each takes a millisecond or more: back to
+        # back, 16 and more of them held asks up to 100 ms.
+        loop_slice = _LoopSlice()
+        while True:
+            await loop_slice.pause_if_due()
+            msg = await session.receive_report()
+            try:
+                report = self.node.vet(msg.data, msg.properties, self.clock())
+            except Rejected as exc:
+                self.metrics.reports_rejected.labels(exc.reason).inc()
+                continue
+            except Exception:  # a message our vetting did not foresee: never a reason to reopen the session
+                log.exception("a report from the topic could not be vetted; dropped")
+                self.metrics.reports_rejected.labels(REJECT_MALFORMED).inc()
+                continue
+            raw = msg.data if keep_raw else b""
+            item = Inbound(report, raw, report.ByteSize() + len(raw), time.time())
+            del msg  # the message's bytes go now, not when the next one arrives
+            while self.inbox.full() or (self.inbox_bytes + item.size > MAX_INBOX_BYTES and not self.inbox.empty()):
+                self.inbox_bytes -= self.inbox.get_nowait().size
+                self.metrics.reports_rejected.labels("inbox_full").inc()
+            self.inbox.put_nowait(item)
+            self.inbox_bytes += item.size
+
+    async def _config_loop(self, session: PulsarSession) -> None:
+        while True:
+            data = await session.read_config()
+            try:
+                change = ConfigChange.decode(data)
+            except ValueError as exc:
+                self.metrics.config_rejected.inc()
+                log.warning("config topic: rejected a change: %s", exc)
+                continue
+            if self.config.apply(change):
+                self.metrics.config_changes.inc()
+                self._apply_config()
+
+    async def submit_change(self, change: ConfigChange) -> bool:
+        """An admin write: apply here at once, then publish so every daemon applies it.
+
+        Returns False when Pulsar is unreachable or does not answer: the change is queued
+        and published when the session (re)opens or the broker answers again (the tick
+        flushes); versions make the late publish safe."""
+        if self.config.apply(change):
+            self.metrics.config_changes.inc()
+            self._apply_config()
+        self.pending_changes.append(change)
+        return await self._flush_changes()
+
+    async def _flush_changes(self) -> bool:
+        async with self._flushing:
+            while self.pending_changes:
+                session = self.session
+                if session is None or not self.connected:  # a frozen broker too: don't hold the admin call
+                    return False
+                change = self.pending_changes[0]
+                try:
+                    await asyncio.wait_for(session.publish_config(change.encode(), change.key), 5.0)
+                except Exception as exc:
+                    log.warning("config change %s not published yet: %s", change.key, exc)
+                    return False
+                self.pending_changes.pop(0)
+            return True
+
+    async def _publish(self, report: UsageReport) -> bytes:
+        """One message. A report too large for one was split when it was built
+        (ClusterNode._fit); its continuations go through here one by one."""
+        trimmed = bound_report(report)
+        trimmed_namespaces = trimmed.namespaces + self.node.namespaces_trimmed
+        self.node.namespaces_trimmed = 0
+        if trimmed_namespaces:
+            self.metrics.report_namespaces_trimmed.inc(trimmed_namespaces)
+        if trimmed.over_budget:  # one entry alone over 4 MiB: cannot happen with capped namespace lists
+            log.warning("report %d is %d bytes even without namespace lists", report.sequence, report.ByteSize())
+        data = serialize_report(report)  # indexed: receivers parse only the entries they fold
+        props = self.node.keys.sign(data) if self.node.keys else None
+        assert self.session is not None
+        self.liveness.published(report.sequence, self.clock())
+        await self.session.publish_report(data, props)
+        return data
+
+    # -- config ----------------------------------------------------------------------------
+
+    async def _watch_config_file(self) -> None:
+        """Poll the file's content hash. Polling, not inotify: Kubernetes ConfigMaps swap a
+        symlink, which inotify watchers on the file miss. Reading and parsing run off the
+        event loop (see config_reload); only the swap runs on it."""
+        assert self.config_doc is not None
+        reloader = ConfigReloader(self.config_doc.path, self.config_doc.digest)
+        try:
+            while True:
+                await asyncio.sleep(min(1.0, self.settings.tick))
+                try:
+                    doc = await reloader.poll()
+                except ConfigError as exc:
+                    self.metrics.config_reloads.labels("error").inc()
+                    log.error("config reload failed, keeping the last good config: %s", exc)
+                    continue
+                if doc is None:
+                    continue
+                self.config_doc = doc
+                self.config.set_base(doc.registry)
+                self.metrics.config_reloads.labels("ok").inc()
+                log.info("config reloaded from %s", reloader.path)
+                self._apply_config()
+        finally:
+            reloader.close()
+
+    def _apply_config(self) -> None:
+        """After any config change: drop deleted groups, recompute limits now."""
+        self.node.apply_config()
+
+    # -- tick ------------------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        tick = self.settings.tick
+        next_at = self.clock() + tick
+        while True:
+            await asyncio.sleep(max(0.0, next_at - self.clock()))
+            next_at += tick
+            if next_at < self.clock():  # we fell behind (a paused process): skip, don't burst
+                next_at = self.clock() + tick
+            started = time.perf_counter()
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("tick failed")
+            self.metrics.tick_seconds.observe(time.perf_counter() - started)
+            if self.gc_pacer is not None:  # between requests: the loop runs nothing else now
+                self.gc_pacer.after_tick()
+
+    async def _react_loop(self) -> None:
+        interval = self.node.config.react_seconds
+        while True:
+            await asyncio.sleep(interval)
+            started = time.perf_counter()
+            try:
+                await self.react()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("react failed")
+            self.metrics.react_seconds.observe(time.perf_counter() - started)
+
+    async def react(self) -> None:
+        """Between ticks: fold what arrived, publish an early report for groups whose demand
+        moved, recompute what changed (the logic is ClusterNode's). Not while the tick
+        builds its report (it yields to asks between steps): an early report or a fold in
+        the middle would change what the tick's report is built from; the next react runs a
+        react interval later."""
+        if self._building_tick_report:
+            return
+        now = self.clock()
+        newcomers = await self._drain_inbox(now)  # first: our own reports that came back count
+        connected = self._check_broker(now)
+        if not connected:
+            return
+        hello = self.node.hello_report(now)  # once, after a same-id restart
+        if hello is not None:
+            await self._publish_logged(hello)
+        answer = self.node.idle_answer(now)  # we have no traffic in a group that just woke up
+        if answer is not None:
+            await self._publish_logged(answer)
+        if newcomers:
+            announcement = self.node.announcement(now)
+            if announcement is not None:
+                await self._publish_logged(announcement)
+        report = self.node.early_report(now)
+        if report is not None:
+            self.metrics.early_reports.inc()
+            await self._publish_logged(report)
+        started = time.perf_counter()
+        await self.recompute(self.node.changed(self.clock()))
+        self.metrics.calc_seconds.observe(time.perf_counter() - started)
+
+    async def tick(self) -> None:
+        """collect -> report -> read -> compute (the logic is ClusterNode's; this is the I/O)."""
+        now = self.clock()
+        connected = self._check_broker(now)
+        # collect + report
+        aggregate_started = time.perf_counter()
+        out = await self._build_tick_report(now)
+        aggregate_s = time.perf_counter() - aggregate_started
+        self.last_local_rates = out.local_rates
+        self.metrics.groups_suppressed.inc(out.suppressed)
+        if connected:
+            await self._publish_logged(out.report)
+            if out.restated is not None:
+                await self._publish_logged(out.restated)
+        elif self.session_open:
+            for report in (out.report, out.restated):
+                if report is not None:
+                    await self._probe(report)
+        else:
+            self.node.not_published(out)
+        if connected and self.pending_changes:  # queued while the broker did not answer
+            await self._flush_changes()
+        # read
+        newcomers = await self._drain_inbox(now)
+        for _ in self.node.upkeep(now, self.liveness.heard_at):
+            self.metrics.evictions.labels(EVICT_TTL).inc()
+        if newcomers and connected:
+            announcement = self.node.announcement(now)
+            if announcement is not None:
+                await self._publish_logged(announcement)
+        # compute
+        started = time.perf_counter()
+        await self.recompute(self.node.tick_targets(now))  # every group only when all may have moved
+        calc_s = time.perf_counter() - started
+        self.metrics.calc_seconds.observe(calc_s)
+        if self.pulsar_metrics is not None:
+            self.pulsar_metrics.on_tick(out.sent, aggregate_s, calc_s)
+        self.metrics.safe_share.set(1 if self.node.safe_share_active(now) else 0)
+        self.metrics.delivery_delay.set(self.node.delay.seconds())
+        if self.log_guard is not None:
+            self.log_guard.maintain()
+
+    async def _build_tick_report(self, now: float) -> TickOutcome:
+        """The node's tick report, its steps run with asks answered between them once a
+        DRAIN_SLICE has passed (ClusterNode.tick_report_steps: ~100 ms in one go at 5 000
+        groups; with a few groups it is one slice and never yields)."""
+        self._building_tick_report = True
+        try:
+            steps = self.node.tick_report_steps(now)
+            loop_slice = _LoopSlice()
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    outcome: TickOutcome = done.value  # the generator's return value
+                    return outcome
+                await loop_slice.pause_if_due()
+        finally:
+            self._building_tick_report = False
+
+    def _check_broker(self, now: float) -> bool:
+        """Whether the broker carries our messages now; hearing, the metric and one log line
+        per change follow. A broker that stopped answering with its connection open is an
+        outage like a lost connection: last shares for the grace, then the safe share."""
+        reason = self.liveness.unresponsive(now) if self.session_open else None
+        if reason is not None and self._unresponsive is None:
+            self.metrics.broker_unresponsive.inc()
+            log.warning("broker %s does not answer though connected: %s", self.pulsar_url, reason)
+        elif reason is None and self._unresponsive is not None and self.session_open:
+            log.info("broker answers again: our reports come back")
+        self._unresponsive = reason
+        connected = self.session_open and reason is None
+        self.metrics.broker_connected.set(1 if connected else 0)
+        if self.node.set_hearing(connected, now) and self.node.ticks:
+            log.info("broker reachable again; reconverging")
+        elif not connected and self.node.deaf_since == now:
+            log.warning("broker unreachable; keeping the last shares for %.0fs, then quota/%d",
+                        self.settings.outage_grace, self.node.members_at_deafness)
+        return connected
+
+    async def _probe(self, report: UsageReport) -> None:
+        """While the broker does not answer: publish the tick's report anyway, without
+        waiting. It is how we learn that the broker is back (the report comes back to us),
+        and peers may fold it late like any delayed report; waiting for its acknowledgement
+        would only hold up the tick, so the wait is one react interval, and failures are
+        counted, not logged (the outage was logged once)."""
+        for part in [report, *self.node.take_continuations(report)]:
+            try:
+                data = await asyncio.wait_for(self._publish(part), self.node.config.react_seconds)
+            except Exception:
+                self.metrics.publish_errors.inc()
+                continue
+            self.metrics.reports_published.inc()
+            if self.log_guard is not None:
+                self.log_guard.append_published(data)
+
+    async def recompute(self, names: set[str] | None) -> None:
+        """The node's recompute (every group, or `names`), with the calculator off the event
+        loop when there is much to do. At PIP-82's scale (5 000 groups here, most of them
+        named by some peer's report every second) the calculator, inputs gathered and batched
+        (`evaluate_all`), still takes hundreds of milliseconds a tick (bench/scale_probe.py
+        prints it): too much for the loop that answers brokers. So beyond
+        INLINE_GROUPS the groups go in chunks: inputs gathered on the loop (a consistent
+        copy), the calculator in a worker thread, the limits swapped into the limiter on the
+        loop; the loop answers asks between chunks and, as the worker drops the GIL every
+        few milliseconds, during them. One recompute at a time, and large ones at most
+        CALC_DUTY of the time: groups that change meanwhile are left dirty for the next."""
+        node = self.node
+        if self._calculating or self.clock() < self._calc_resume_at:
+            if names is None:
+                node.all_dirty = True
+            else:
+                node.dirty |= names
+            return
+        if names is None:
+            targets = sorted(g for g, _ in node.limiter.states)
+            node.dirty.clear()
+            node.all_dirty = False
+        else:
+            targets = sorted(names)
+        if len(targets) <= INLINE_GROUPS:
+            if targets:
+                node.recompute(set(targets))
+            return
+        self._calculating = True
+        started = self.clock()
+        try:
+            for i in range(0, len(targets), INLINE_GROUPS):
+                plan = node.recompute_plan(set(targets[i:i + INLINE_GROUPS]))
+                limits = await asyncio.to_thread(evaluate_all, [inputs for _, inputs in plan])
+                node.apply_limits(plan, limits)
+        finally:
+            self._calculating = False
+            # At most CALC_DUTY of the time: the core is shared with folding reports and
+            # answering asks, so a burst of changes waits rather than starving them.
+            spent = self.clock() - started
+            self._calc_resume_at = self.clock() + spent * (1.0 - CALC_DUTY) / CALC_DUTY
+
+    async def _publish_logged(self, report: UsageReport) -> None:
+        """Publish `report` and its continuations, if it was split (ClusterNode._fit)."""
+        for part in [report, *self.node.take_continuations(report)]:
+            try:
+                data = await asyncio.wait_for(self._publish(part), self.settings.tick)
+            except Exception as exc:
+                self.metrics.publish_errors.inc()
+                log.warning("report %d not published: %s", part.sequence, str(exc) or type(exc).__name__)
+                continue
+            self.metrics.reports_published.inc()
+            if self.log_guard is not None:
+                self.log_guard.append_published(data)
+
+    async def _drain_inbox(self, now: float) -> list[str]:
+        """Fold everything received since the last tick; returns new members. Folding a
+        second's worth of 99 peers' reports at once held the loop for hundreds of
+        milliseconds, so it yields to waiting asks every DRAIN_SLICE seconds."""
+        newcomers: list[str] = []
+        loop_slice = _LoopSlice()
+        waiting = self.inbox.qsize()  # what arrives meanwhile waits for the next drain
+        while waiting > 0 and not self.inbox.empty():
+            if await loop_slice.pause_if_due():
+                continue  # another drain may have taken what was left meanwhile
+            waiting -= 1
+            item = self.inbox.get_nowait()
+            self.inbox_bytes -= item.size
+            folded = self.node.fold(item.report, now)
+            if folded.reason == REJECT_OWN:
+                assert folded.report is not None
+                self.liveness.echoed(folded.report.sequence, now)
+                continue
+            if not folded.accepted:
+                self.metrics.reports_rejected.labels(folded.reason).inc()
+                continue
+            self.metrics.reports_received.inc()
+            if self.pulsar_metrics is not None:
+                assert folded.report is not None
+                self.pulsar_metrics.on_report(folded.report)
+            if folded.lost:
+                self.metrics.reports_lost.inc(folded.lost)
+            assert folded.report is not None
+            if folded.report.leaving:
+                self.metrics.evictions.labels(EVICT_LEAVING).inc()
+            elif folded.new_member:
+                newcomers.append(folded.report.daemon_id)
+            if self.log_guard is not None:
+                self.log_guard.append_receipt(folded.report, item.raw, item.received_at)
+        return newcomers
+
+    # -- admin stats -----------------------------------------------------------------------
+
+    def group_stats(self, group: ResourceGroup) -> dict[str, Any]:
+        """`limits`: what this daemon enforces now, per kind, from the same source as
+        /v1/quota and rgd_local_limit. `daemons`: the usage map, each daemon's entry as last
+        reported; a report's limit is the one in force when it was built (before that
+        tick's recompute), so it is named `reported_limit_*` and never stands for ours."""
+        now = self.clock()
+        limits = {
+            kind: {"messages_per_second": _per_second(m), "bytes_per_second": _per_second(b)}
+            for kind in KINDS
+            for m, b in [self.limiter.limit_in_force(group, kind)]
+        }
+        daemons: dict[str, Any] = {}
+        for daemon_id, entry in self.usage_map.groups.get(group.name, {}).items():
+            doc: dict[str, Any] = {"report_age_seconds": round(now - entry.updated, 3), "reports": entry.usage.reports}
+            for kind in KINDS:
+                k = entry.usage.kind(kind)
+                doc[kind] = {
+                    "admitted_messages_per_second": k.admitted_messages,
+                    "admitted_bytes_per_second": k.admitted_bytes,
+                    "demand_messages_per_second": k.demand_messages,
+                    "demand_bytes_per_second": k.demand_bytes,
+                    "reported_limit_messages_per_second": _per_second(k.limit_messages),
+                    "reported_limit_bytes_per_second": _per_second(k.limit_bytes),
+                }
+            daemons[daemon_id] = doc
+        return {"group": group.name, "quota": group.to_admin(), "daemon": self.settings.id, "limits": limits,
+                "daemons": daemons, "members": sorted(self.node.members())}
+
+
+def node_config_for(settings: Settings) -> NodeConfig:
+    """The cluster node's config from the daemon's settings (a function of its own, so a
+    unit test drives a ClusterNode exactly as `rgd run` configures it)."""
+    return NodeConfig(
+        settings.id, settings.tick, settings.strategy,
+        QuotaParams(burst_seconds=settings.burst, counting_window=settings.tick),
+        SuppressionPolicy.every(settings.report_tolerance, settings.report_every),
+        settings.ttl_ticks, True, settings.burst, settings.max_debt, settings.outage_grace,
+        react_seconds=settings.tick / REACTS_PER_TICK, start_seconds=start_seconds_for(settings.strategy),
+        member_admissions_per_tick=MEMBER_ADMISSIONS_PER_TICK,
+    )
+
+
+def _per_second(rate: float) -> float | None:
+    return None if rate == INF else rate
+
+
+def _load_tokens(path: str) -> frozenset[str]:
+    tokens: set[str] = set()
+    if path:
+        for line in Path(path).read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                tokens.add(line.strip())
+    env = os.environ.get("RGD_ADMIN_TOKEN", "")
+    if env:
+        tokens.add(env)
+    return frozenset(tokens)
+
+
