@@ -73,17 +73,9 @@ class RoutesView(AskView, Protocol):
     def readiness(self) -> tuple[bool, dict[str, Any]]: ...
 
 
-class ObservedState(Protocol):
-    """What the scrape-time collectors (rgd.api.metrics, rgd.api.pulsar_metrics) read."""
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def config(self) -> ConfigStore: ...
-
-    @property
-    def limiter(self) -> Limiter: ...
+class ObservedState(AskView, Protocol):
+    """What the scrape-time collectors (rgd.api.metrics, rgd.api.pulsar_metrics) read, on
+    top of what the broker routes do."""
 
     @property
     def clock(self) -> Callable[[], float]: ...

@@ -6,28 +6,11 @@ Here the socket link, over a real socketpair; the thread link is in tests/unit/t
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import threading
 
 import pytest
 
 from rgd.daemon.process_link import LinkClosed, SocketLink
-
-
-def _other_loop(coroutine_fn):
-    """Run `coroutine_fn()` on an event loop of its own in another thread; its result or error."""
-    out: dict = {}
-
-    def body() -> None:
-        try:
-            out["result"] = asyncio.run(coroutine_fn())
-        except BaseException as exc:  # handed to the test
-            out["error"] = exc
-
-    t = threading.Thread(target=body, daemon=True)
-    t.start()
-    return t, out
 
 
 async def test_a_socket_link_carries_copies_and_ends_the_same_way() -> None:

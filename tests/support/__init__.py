@@ -5,7 +5,8 @@
 - cluster_harness: a cluster of real `rgd run` processes on the session's broker;
 - spark_standalone: a Spark standalone cluster for the report's tests;
 - lexmaxmin_lp: an LP that computes lexicographic max-min allocations, an oracle
-  independent of rgd.quota.
+  independent of rgd.quota;
+- pulsar_metrics: the groups file and /metrics scrape of the --pulsar-metrics tests.
 
 The fixtures (the session's broker, `make_daemon`, ...) are in tests/conftest.py, which
 pytest loads for every tier.

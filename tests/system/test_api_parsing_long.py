@@ -13,42 +13,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rgd.api.errors import ApiError
-from rgd.api.requests import MAX_BYTES, MAX_MESSAGES, Ask, decode_well_formed, parse_asks, parse_json
-
-names = st.text(st.characters(codec="utf-8"), max_size=6)
-namespaces = st.one_of(
-    st.builds(lambda a, b: f"{a}/{b}", names, names),
-    st.text(alphabet="ab/é😀", max_size=5),
-    st.builds(lambda n: "t/" + "x" * n, st.integers(250, 260)),  # around the 256 bound
-)
-scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | names
-counts = st.one_of(st.integers(-2, MAX_BYTES + 2), st.sampled_from([MAX_MESSAGES, MAX_MESSAGES + 1, 2.0, 2.5]),
-                   scalars)
-asks = st.fixed_dictionaries(
-    {},
-    optional={
-        "namespace": st.one_of(namespaces, scalars),
-        "kind": st.one_of(st.sampled_from(["publish", "dispatch", "Publish"]), scalars),
-        "messages": counts,
-        "bytes": counts,
-        "topic": st.one_of(names, st.builds(lambda n: "t" * n, st.integers(1020, 1030)), scalars),
-        "extra": scalars,
-    },
-)
-bodies = st.one_of(
-    asks.map(json.dumps),
-    st.lists(asks, max_size=4).map(lambda v: json.dumps({"requests": v})),
-    st.fixed_dictionaries({"requests": st.lists(asks, max_size=2)}, optional={"extra": scalars}).map(json.dumps),
-    st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(names, c, max_size=3)).map(json.dumps),
-)
-
-
-def slow(body: bytes) -> tuple[list[Ask], bool] | str:
-    try:
-        return parse_asks(parse_json(body))
-    except ApiError as exc:
-        return exc.message
+from rgd.api.requests import MAX_BYTES, MAX_MESSAGES, decode_well_formed
+from tests.unit.test_api_parsing import bodies, slow
 
 
 @settings(max_examples=600, deadline=None)

@@ -12,42 +12,9 @@ import gc
 from collections import Counter
 
 from rgd.cluster.node import ClusterNode, NodeConfig
-from rgd.config.groups import ResourceGroup
 from rgd.daemon.gc_pacing import GcPacer
-from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 from tests.support.fake_clock import FakeClock, wall_ms
-from tests.unit.test_gc_pacing import _Cycle
-
-GROUPS = {f"g{i}": ResourceGroup(f"g{i}", publish_msgs=400, publish_bytes=400_000 if i % 2 else -1)
-          for i in range(4)}
-
-
-def _peer_report(sender: str, sequence: int, at: float, rate: float) -> bytes:
-    r = UsageReport(daemon_id=sender, sequence=sequence, publish_time_ms=wall_ms(at), tick_ms=1000, incarnation=1)
-    for name in GROUPS:
-        r.groups.append(GroupUsage(group=name, publish=KindUsage(
-            admitted_messages=int(rate), admitted_bytes=int(rate) * 100, throttled_messages=int(rate / 4),
-            throttled_bytes=int(rate / 4) * 100, limit_messages=int(rate), limit_bytes=int(rate) * 100)))
-    return r.SerializeToString()
-
-
-def _second(n: ClusterNode, clock: FakeClock, second: int, rate: int) -> None:
-    """One second of a daemon's life, as the daemon's tasks drive the node: asks, a peer's
-    report, reacts every 0.1 s (early reports, recomputes), the tick with its report back
-    from the topic."""
-    for step in range(10):
-        for group in GROUPS.values():
-            for _ in range(rate // 10):
-                n.limiter.acquire(group, "publish", 1, 100, f"{group.name}/ns", now=clock.t)
-        if step == 5:
-            n.receive(_peer_report("b", second, clock.t, 150 + 50 * (second % 3)), None, clock.t)
-        clock.t += 0.1
-        n.early_report(clock.t)
-        n.recompute_changed(clock.t)
-    out = n.tick_report(clock.t)
-    n.receive(out.report.SerializeToString(), None, clock.t)
-    n.upkeep(clock.t)
-    n.recompute_tick(clock.t)
+from tests.unit.test_gc_pacing import GROUPS, _Cycle, _second
 
 
 def test_a_node_in_steady_state_makes_no_reference_cycles() -> None:

@@ -12,57 +12,11 @@ but kept out of tests/unit so that tier stays under 20 s; the quick tests are in
 
 from __future__ import annotations
 
-import pickle
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rgd.config.groups import ResourceGroup
-from rgd.daemon.limiter_link import MirrorLimiter, ServingLimiter
-from rgd.limiting.limiter import Limiter, Place, full_quota
-from rgd.limiting.token_bucket import INF
-
-GROUPS = {
-    "a": ResourceGroup("a", publish_msgs=50.0, publish_bytes=20_000.0),
-    "b": ResourceGroup("b", publish_msgs=10.0, dispatch_msgs=30.0),
-}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _pair(clock: Clock) -> tuple[ServingLimiter, MirrorLimiter]:
-    serving = ServingLimiter(clock, 0.1, 10.0, start_seconds=0.05)
-    serving.initial_fraction = 1.0
-    mirror = MirrorLimiter(clock, 0.1, 10.0, initial_limits=full_quota, start_seconds=0.05)
-    return serving, mirror
-
-
-def _hand_over(serving: ServingLimiter, mirror: MirrorLimiter) -> None:
-    counts = pickle.loads(pickle.dumps(serving.take_counts()))  # as the link carries them
-    mirror.absorb(counts, GROUPS)
-    serving.apply(pickle.loads(pickle.dumps(mirror.take_ops())), GROUPS)
-
-
-step = st.one_of(
-    st.tuples(st.just("ask"), st.sampled_from([("a", "publish"), ("b", "publish"), ("b", "dispatch")]),
-              st.integers(0, 8), st.integers(0, 3000), st.sampled_from(["t/x", "t/y"]),
-              st.sampled_from([None, "persistent://t/x/one"])),
-    st.tuples(st.just("usage"), st.sampled_from([("a", "publish"), ("b", "dispatch")]), st.integers(0, 20),
-              st.integers(0, 9000), st.just("t/z"), st.just(None)),
-    st.tuples(st.just("wait"), st.floats(0.0, 0.5)),
-    st.tuples(st.just("limit"), st.sampled_from([("a", "publish"), ("b", "publish"), ("b", "dispatch")]),
-              st.floats(0.0, 80.0), st.sampled_from([INF, 5000.0, 40_000.0]),
-              st.sampled_from([None, Place(0, 1), Place(0, 3), Place(2, 3)])),
-    st.tuples(st.just("drain"), st.sampled_from([("a", "publish"), ("b", "publish")]), st.booleans(), st.booleans()),
-    st.tuples(st.just("collect"),),
-    st.tuples(st.just("hand_over"),),
-)
+from rgd.limiting.limiter import Limiter, full_quota
+from tests.unit.test_limiter_link import GROUPS, Clock, _hand_over, _pair, step
 
 
 @settings(max_examples=300, deadline=None)

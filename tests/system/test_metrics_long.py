@@ -12,26 +12,7 @@ import weakref
 from pathlib import Path
 
 from rgd.api.metrics import LimiterCollector
-from rgd.config.file import parse_config
-from rgd.config.groups import KINDS
-from rgd.config.settings import Settings
-from rgd.daemon.wiring import Daemon
-
-GROUPS = 50
-
-
-def _daemon(tmp_path: Path) -> Daemon:
-    doc = "resourcegroups:\n" + "".join(
-        f"  g{i}: {{publishRateInMsgs: {100 + i}, dispatchRateInBytes: {1000 * (i + 1)}}}\n" for i in range(GROUPS)
-    )
-    config = parse_config(doc.encode(), str(tmp_path / "rgd.yaml"))
-    daemon = Daemon(Settings(id="m", log_dir=str(tmp_path / "log"), data_dir=str(tmp_path / "data")), config)
-    for i in range(GROUPS):
-        group = daemon.config.effective.groups[f"g{i}"]
-        for kind in KINDS:
-            daemon.limiter.acquire(group, kind, 1 + i, 100, "tenant/ns", now=1.0)
-        daemon.limiter.acquire(group, "publish", 100_000, 100, "tenant/ns", now=1.0)  # denied: an event
-    return daemon
+from tests.unit.test_metrics import _daemon
 
 
 def test_one_per_group_family_at_a_time(tmp_path: Path) -> None:

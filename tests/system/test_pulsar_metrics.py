@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.live import base_url, wait_for, write_config
+from tests.support.live import base_url, wait_for
+from tests.support.pulsar_metrics import gold_config, scrape
 
 PULSAR_FAMILIES = {  # name -> label names, as Pulsar registers them
     "pulsar_resource_group_calculated_bytes_quota": ("ResourceGroup", "MonitoringClass"),
@@ -39,15 +39,7 @@ PULSAR_FAMILIES = {  # name -> label names, as Pulsar registers them
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    return write_config(tmp_path / "groups.yaml",
-                        {"gold": {"publishRateInMsgs": 100, "replicationDispatchRateInBytes": 10_000}},
-                        namespaces={"acme/orders": "gold"})
-
-
-async def _scrape(http, d) -> dict[str, list]:
-    async with http.get(base_url(d) + "/metrics") as r:
-        text = await r.text()
-    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+    return gold_config(tmp_path)
 
 
 def _value(families, sample_name: str, **labels) -> float:
@@ -81,7 +73,7 @@ async def test_pulsar_names_and_labels_carry_rgds_figures(make_daemon, http, con
     await wait_for(lambda: d1.pulsar_metrics.remote_messages.get(("gold", "publish", "d2"), 0) >= 7, 10)
     ticks = d1.ticks
     await wait_for(lambda: d1.ticks >= ticks + 2, 10)
-    fam = await _scrape(http, d1)
+    fam = await scrape(http, d1)
     for name, labels in PULSAR_FAMILIES.items():
         assert name in fam, name
         for s in fam[name]:

@@ -8,24 +8,7 @@ Here live, two daemons on the real broker; the pure bound is in tests/unit/test_
 
 from __future__ import annotations
 
-from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 from tests.support.live import base_url, wait_for, write_config
-
-PULSAR_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Pulsar's default maxMessageSize
-
-
-def report(groups: int, namespaces: int, name_len: int = 60) -> UsageReport:
-    r = UsageReport(daemon_id="d", sequence=1, tick_ms=1000, incarnation=1)
-    for g in range(groups):
-        gu = GroupUsage(group=f"group-{g:05d}", topics=3)
-        gu.publish.admitted_messages = g
-        gu.namespaces.extend(f"tenant/{'n' * name_len}-{i:06d}" for i in range(namespaces))
-        r.groups.append(gu)
-    return r
-
-
-def names(r: UsageReport) -> int:
-    return sum(len(g.namespaces) for g in r.groups)
 
 
 async def test_brokers_asking_for_many_namespaces_over_http_stay_in_peers_maps(make_daemon, http, tmp_path) -> None:

@@ -12,18 +12,9 @@ from rgd.cluster.report_builder import (
     drop_silent_kinds,
 )
 from rgd.cluster.usage_map import entry_usage
-from rgd.config.groups import KINDS, ResourceGroup
-from rgd.limiting.limiter import Limiter
+from rgd.config.groups import KINDS
 from rgd.wire.usage_report_pb2 import UsageReport
 from tests.unit.test_report_builder import _full_entry
-
-
-def _state(limiter: Limiter, group: ResourceGroup, kind: str, rates: tuple[float, float] | None):
-    if rates is None:
-        return None
-    st = limiter.state(group, kind, 0.0)
-    st.messages.rate, st.bytes.rate = rates
-    return st
 
 
 def test_receivers_read_a_silent_kind_and_its_absence_alike() -> None:

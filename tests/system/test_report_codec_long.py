@@ -11,33 +11,8 @@ from hypothesis import strategies as st
 
 from rgd.cluster.report_codec import (
     Rejected,
-    decode_report,
 )
-from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
-
-NOW = 1_800_000_000_000
-
-
-def report(**kw) -> UsageReport:
-    r = UsageReport(daemon_id=kw.pop("daemon_id", "peer"), sequence=kw.pop("sequence", 1),
-                    publish_time_ms=kw.pop("publish_time_ms", NOW), tick_ms=kw.pop("tick_ms", 1000),
-                    incarnation=kw.pop("incarnation", 7), leaving=kw.pop("leaving", False))
-    for g in kw.pop("groups", []):
-        r.groups.append(g)
-    assert not kw
-    return r
-
-
-def group(name="gold", **kind) -> GroupUsage:
-    g = GroupUsage(group=name)
-    for k, v in kind.items():
-        setattr(g.publish, k, v)
-    return g
-
-
-def decode(r: UsageReport | bytes, **kw):
-    data = r if isinstance(r, bytes) else r.SerializeToString()
-    return decode_report(data, NOW, "me", 99, **kw)
+from tests.unit.test_report_codec import decode
 
 
 @settings(max_examples=500, deadline=None)

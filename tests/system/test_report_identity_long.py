@@ -18,19 +18,7 @@ from rgd.cluster.report_codec import (
     count_groups,
 )
 from rgd.wire.usage_report_pb2 import UsageReport
-
-NOW_MS = 1_800_000_000_000
-
-
-def report(daemon_id: str = "b", seq: int = 1, incarnation: int = 7, leaving: bool = False,
-           groups: dict[str, int] | None = None, tick_ms: int = 1000, publish_ms: int = NOW_MS) -> UsageReport:
-    r = UsageReport(daemon_id=daemon_id, sequence=seq, incarnation=incarnation, leaving=leaving,
-                    tick_ms=tick_ms, publish_time_ms=publish_ms)
-    for name, admitted in (groups or {}).items():
-        g = r.groups.add(group=name)
-        g.publish.admitted_messages = admitted
-    return r
-
+from tests.unit.test_report_identity import report
 
 # -- groups per report, counted before parsing ------------------------------------------------
 

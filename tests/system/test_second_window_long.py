@@ -15,31 +15,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rgd.config.groups import ResourceGroup
-from rgd.limiting.limiter import Limiter
-
-
-def _run(rate: float, asks: list[tuple[float, int]]) -> tuple[list[tuple[float, int]], list[tuple[float, float]]]:
-    """(time, size) asks through a Limiter's single-ask path: what passed, and each denial's
-    (time, retry_after_s)."""
-    group = ResourceGroup(name="g", publish_msgs=rate)
-    limiter = Limiter(lambda: 0.0)
-    passed, denied = [], []
-    for t, n in asks:
-        d = limiter.acquire(group, "publish", n, 0, "t/ns", now=t)
-        if d.allowed:
-            passed.append((t, n))
-        else:
-            denied.append((t, d.retry_after_s))
-    return passed, denied
-
-
-def _worst_second(log: list[tuple[float, int]]) -> int:
-    """Largest sum admitted within any [s, s + 1), s at an admission."""
-    worst = 0
-    for i, (t, _) in enumerate(log):
-        worst = max(worst, sum(n for u, n in log[i:] if u < t + 1.0))
-    return worst
+from tests.unit.test_second_window import _run, _worst_second
 
 
 @settings(max_examples=200, deadline=None)
