@@ -148,7 +148,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
     try:
         from rgd.config.storage import StorageSetupError
         from rgd.fairness import run_report
-        from rgd.fairness.job import ReportOptions
+        from rgd.fairness.options import ReportOptions
         from rgd.fairness.ship import ExecutorSetupError
     except ImportError as exc:
         print(f"rgd report needs the spark extra: pip install 'rgd[spark]' ({exc})", file=sys.stderr)

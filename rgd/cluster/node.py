@@ -1513,7 +1513,7 @@ class ClusterNode:
         if newest is not None and (limiter, version) == self._counters_version:
             # The same buckets as at the last snapshot: its counters, with the buckets counted
             # since reread (at PIP-82's scale a react rereads a few hundred of 10 000).
-            layout = newest.layout  # (prev)
+            layout = newest.layout  # = prev (newest is not None here)
             keys = layout.keys
             assert newest.full is not None  # the newest snapshot is always held whole
             counters = newest.full.copy()

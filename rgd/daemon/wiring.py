@@ -157,7 +157,7 @@ class Daemon:
                 window_s=config.safety_ttl_ticks * tick, refresh_reports=config.suppression.max_skipped_ticks + 1,
                 ttl_s=config.ttl_ticks * tick,
             )
-        except Exception as exc:
+        except Exception as exc:  # never a reason not to start
             log.warning("usage log at %s not read to resume from: %s", self.settings.log_dir, exc)
             return None
         if resume is not None:

@@ -69,16 +69,11 @@ from rgd.fairness.merge import (
 from rgd.fairness.options import ReportOptions
 from rgd.fairness.progress import Progress
 from rgd.fairness.series import Grid
-from rgd.fairness.spark_session import jvm_log_path, spark_session, worker_python
+from rgd.fairness.spark_session import jvm_log_path, spark_session
 from rgd.fairness.summary import SummaryInputs, build_summary, fold_small, jsonable, pick_charted
 from rgd.fairness.writers import load_pickles, write_frame, write_text
 
-# run_report and ship_code are this module's own; the rest are re-exported for the names
-# callers used when everything lived here (rgd.cli, tests, bench/bench_report.py).
-__all__ = [
-    "AUX_SCHEMA", "DECODED_SCHEMA", "Progress", "ReportOptions", "build_context", "list_segments",
-    "plan_decode_tasks", "run_report", "ship_code", "spark_session", "worker_python",
-]
+__all__ = ["run_report", "ship_code"]
 
 
 def run_report(path_or_uri: str, out_dir: str, master: str | None = None, progress: bool = True,

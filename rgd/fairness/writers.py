@@ -81,10 +81,8 @@ def write_frame(df: Any, out_dir: str, name: str) -> None:
 
     fs, root = filesystem(out_dir)
     fs.makedirs(root, exist_ok=True)
-    import pyarrow.parquet as pq
-
-    with atomic_open(fs, f"{root.rstrip('/')}/{name}.parquet") as fh:
-        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), fh)
+    put_table(f"{out_dir.rstrip('/')}/{name}.parquet", pa.Table.from_pandas(df, preserve_index=False),
+              compression=None)
 
 
 def write_text(fs: Any, path: str, text: str) -> None:

@@ -137,7 +137,8 @@ def damage(root: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def spark():
-    from rgd.fairness.job import ReportOptions, spark_session
+    from rgd.fairness.options import ReportOptions
+    from rgd.fairness.spark_session import spark_session
 
     session = spark_session("local[2]", ReportOptions(driver_memory="1g"), progress=False)
     yield session

@@ -17,13 +17,14 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the report needs the spark extra: pip install -e '.[spark]'")
 
-from rgd.fairness.job import worker_python
+from rgd.fairness.spark_session import worker_python
 
 pytestmark = pytest.mark.spark
 
 JOB = """
 import json
-from rgd.fairness.job import ReportOptions, spark_session
+from rgd.fairness.options import ReportOptions
+from rgd.fairness.spark_session import spark_session
 
 spark = spark_session("local[1]", ReportOptions(driver_memory="512m"), progress=False)
 

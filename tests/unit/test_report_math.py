@@ -164,7 +164,7 @@ def test_bin_stat_is_pandas_groupby(cells: list[tuple[int, float]]) -> None:
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(0, 10**9), max_size=60), st.integers(1, 16))
 def test_decode_tasks_cover_every_segment_once_balanced_by_bytes(sizes: list[int], slots: int) -> None:
-    from rgd.fairness.job import plan_decode_tasks
+    from rgd.fairness.executor import plan_decode_tasks
 
     segments = [(f"s{i}", n) for i, n in enumerate(sizes)]
     tasks = plan_decode_tasks(segments, slots)
