@@ -144,8 +144,10 @@ class ResourceGroup:
             raise InvalidGroup(f"{where or 'body'}: expected an object with {', '.join(RATE_FIELDS)}")
         unknown = unknown_fields(body)
         if unknown and strict:
+            near = nearest_field(unknown[0])
+            hint = f"did you mean {near!r}? " if near else ""
             raise InvalidGroup(
-                f"{prefix}{unknown[0]}: unknown field (expected one of {', '.join(RATE_FIELDS)})"
+                f"{prefix}{unknown[0]}: unknown field ({hint}expected one of {', '.join(ADMIN_BODY_FIELDS)})"
             )
         current = base.to_admin() if base else {}
         values = [

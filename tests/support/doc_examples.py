@@ -33,12 +33,15 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "HOSTNAME_SHOWN", "NOT_RUN", "TIME_KEYS", "Command", "FileBlock", "NotRunBlock", "Page", "compare_output",
-    "normalise_text", "read_page",
+    "HOSTNAME_SHOWN", "NOT_RUN", "OUTPUT_OF", "TIME_KEYS", "Command", "FileBlock", "NotRunBlock", "Page",
+    "compare_output", "normalise_text", "output_sample", "read_page", "shape_of",
 ]
 
 HOSTNAME_SHOWN = "my-laptop"  # how the pages write the machine's hostname (the default daemon id)
 NOT_RUN = re.compile(r"<!--\s*not-run:\s*(?P<why>[^>]*?)\s*-->\s*$")
+# A `text` block of a long command's output whose figures are measurements (rgd up's
+# summary): the test that runs the command holds its lines to the sample's shape (shape_of).
+OUTPUT_OF = re.compile(r"<!--\s*output-of:\s*(?P<command>[^(>]*?)\s*(\(|-->)")
 
 # JSON keys whose values measure time or grow with it: compared by JSON type only.
 TIME_KEYS = frozenset({
@@ -210,3 +213,23 @@ def compare_output(expected: str, actual: str, hostname: str) -> list[str]:
     if len(want_lines) != len(got_lines):
         diffs.append(f"{len(want_lines)} lines on the page, {len(got_lines)} here: {actual_n[-500:]!r}")
     return diffs
+
+
+def output_sample(text: str, command: str) -> str:
+    """The `text` block marked `<!-- output-of: COMMAND ... -->` in a page."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = OUTPUT_OF.search(line)
+        if m and m["command"] == command:
+            start = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```")) + 1
+            end = next(j for j in range(start, len(lines)) if lines[j].startswith("```"))
+            return "\n".join(lines[start:end])
+    raise LookupError(f"no block marked output-of: {command}")
+
+
+def shape_of(text: str) -> list[str]:
+    """Lines with every number and absolute path replaced: what a measured sample and a
+    real run must share (the same lines, words and units; the figures may differ)."""
+    text = _UTC_STAMP.sub("<utc>", text)
+    text = re.sub(r"(?<![\w.])/\S+", "<path>", text)
+    return [re.sub(r"\d+(?:\.\d+)?", "<n>", line).rstrip() for line in text.splitlines()]
