@@ -26,7 +26,9 @@ from rgd.transport.embedded_broker import free_port
 from tests.support.doc_examples import Command, FileBlock, Page, compare_output, read_page
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# The README, the site's pages, and the two pages the site includes (docs/simulator.md, docs/benchmarks.md).
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "sim" / "README.md",
+         ROOT / "bench" / "README.md"]
 DAEMON = re.compile(r"^(\.venv/bin/)?rgd run\b")
 TYPING_PAUSE = 1.0  # seconds between commands, a person's pace
 KUBECTL = Path(sys.executable).parent / "kubectl"
