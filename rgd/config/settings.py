@@ -1,7 +1,8 @@
 """Daemon settings: defaults < config file `daemon:` section < RGD_* environment < flags.
 
-One table (`FIELDS`) drives all four sources, `--help`, the README table and the
-Kubernetes manifests test, so a setting cannot exist in one place only.
+One table (`FIELDS`) drives all four sources, `--help` (in the groups of SETTING_GROUPS, shown
+whole in docs/operating/configuration.md) and the Kubernetes manifests test, so a setting cannot
+exist in one place only.
 """
 
 from __future__ import annotations

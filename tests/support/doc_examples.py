@@ -4,8 +4,10 @@ A page's runnable examples are its fenced `console` blocks: `$ command` lines (a
 ending in `\\` continues on the next), each followed by the output it prints. A fenced
 block with a `title="NAME"` (any language) is a file the reader saves as NAME before the
 commands that follow. The blocks of one page run in order, in one fresh directory, as one
-reader would type them; `rgd run` (the daemon, which runs until Ctrl-C) is started in the
-background and waited for until /readyz answers 200.
+reader would type them; `rgd run` with no output under it (the daemon, which runs until
+Ctrl-C) is started in the background and waited for until /readyz answers 200. The page's
+daemon is on port 8080; the test rewrites that address, in commands and saved files, to
+the free port its daemon listens on.
 
 Output is compared after normalising only what differs from one run to the next:
 - ports: `HOST:PORT` becomes `HOST:<port>` (the test's daemon listens on a free port, the
@@ -18,7 +20,9 @@ Everything else must match: an expected output that parses as JSON is compared a
 
 Blocks that cannot run in a test (kubectl against a cluster) are written as `bash` blocks
 preceded by `<!-- not-run: why -->`; the test checks they parse (`bash -n`) and that every
-`kubectl ... -k DIR` names a directory kustomize renders.
+`kubectl ... -k DIR` names a directory kustomize renders. A `text` block after
+`<!-- output-of: COMMAND (...) -->` is a sample of a long run's output whose figures are
+measured: the test that runs COMMAND compares its lines by `shape_of`.
 
 Pure functions only: tests/deploy/test_doc_examples.py runs the pages, tests/unit/
 test_doc_examples_reading.py checks this module on small inputs.
