@@ -90,7 +90,7 @@ async def api() -> AsyncIterator[Api]:
         (b'{"namespace": "acme"}', "namespace"),
         (b'{"namespace": "acme/orders", "kind": "eat"}', "kind"),
         (b'{"namespace": "acme/orders", "messages": -1}', "messages: out of range, expected an integer in 0..10000000"),
-        (b'{"namespace": "acme/orders", "messages": "3"}', "messages: expected an integer in 0..10000000, got a string"),
+        (b'{"namespace": "acme/orders", "messages": "3"}', "messages: expected an integer in 0..10000000, got a str"),
         (b'{"namespace": "acme/orders", "bytes": 1e300}', "bytes"),
         (b'{"namespace": "acme/orders", "bytes": 99999999999999999999999}', "bytes"),
         (b'{"namespace": "acme/orders", "colour": "red"}', "colour: unknown field"),
