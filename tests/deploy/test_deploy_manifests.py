@@ -494,3 +494,17 @@ def test_the_readme_key_and_rotation_steps_give_files_the_daemon_loads(tmp_path:
     for before, after in itertools.pairwise(chain):
         # Mid-rollout, daemons on either step hear each other.
         assert after.verify(payload, before.sign(payload)) and before.verify(payload, after.sign(payload))
+
+
+def test_every_metric_the_daemon_exposes_is_documented(tmp_path: Path) -> None:
+    """docs/operating/metrics.md names every family a daemon exposes, and names no series it lacks
+    (those of `--cluster-process`/`--cluster-thread` only, and Pulsar's names, aside)."""
+    page = (ROOT / "docs" / "operating" / "metrics.md").read_text()
+    documented = set(re.findall(r"\b(rgd_[a-z0-9_]+)", page))
+    series, families = _exposed(tmp_path, with_usage_log=True)
+    undocumented = sorted(f for f in families if not any(d == f or d.startswith(f + "_") for d in documented))
+    assert not undocumented, f"metrics the daemon exposes that docs/operating/metrics.md does not name: {undocumented}"
+    split_only = {"rgd_serving_link_seconds_total", "rgd_serving_gc_seconds_total"}
+    unknown = sorted(d for d in documented - split_only
+                     if d not in series and not any(s.startswith(d) for s in series))
+    assert not unknown, f"docs/operating/metrics.md names series the daemon does not expose: {unknown}"
