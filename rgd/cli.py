@@ -7,24 +7,40 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import fields
 from typing import Any
 
 from rgd import __version__
-from rgd.config.settings import FIELDS, HELP, Settings, SettingsError, env_name, resolve
+from rgd.config.settings import (
+    FIELDS,
+    HELP,
+    SETTING_GROUPS,
+    SettingsError,
+    env_name,
+    resolve,
+    shown_default,
+)
 from rgd.daemon.lifecycle import configure_logging, run_loop, serve
 from rgd.daemon.malloc_tuning import fix_mmap_threshold
 
 
+def setting_help(name: str) -> str:
+    """One setting's `--help` text: what it does, its environment variable, its default."""
+    return f"{HELP[name]} [env {env_name(name)}; default: {shown_default(name)}]"
+
+
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
-    for f in fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
-        # argparse %-formats help strings (for %(default)s): a literal % must be doubled.
-        help_text = f"{HELP.get(f.name, '')} [env {env_name(f.name)}; default: {f.default!r}]".replace("%", "%%")
-        if isinstance(f.default, bool):
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        else:
-            p.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
+    """Every setting as a flag, in the titled groups of SETTING_GROUPS."""
+    for group in SETTING_GROUPS:
+        section = p.add_argument_group(group.title, group.description)
+        for name in group.names:
+            flag = "--" + name.replace("_", "-")
+            # argparse %-formats help strings (for %(default)s): a literal % must be doubled.
+            help_text = setting_help(name).replace("%", "%%")
+            if isinstance(FIELDS[name].default, bool):
+                section.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                                     help=help_text)
+            else:
+                section.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,8 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["debug", "info", "warning", "error"], help="log verbosity [env RGD_LOG_LEVEL]")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run one daemon",
-                         description="Run one rgd daemon. Settings: flags > RGD_* env > config file > defaults.")
+    run = sub.add_parser("run", help="run one daemon", usage="rgd run [FLAG ...]",
+                         description="Run one rgd daemon. Every setting is a flag, an RGD_* environment variable "
+                                     "and a key of the config file's `daemon:` section; flags win over the "
+                                     "environment, which wins over the file.")
     _add_setting_flags(run)
 
     up = sub.add_parser("up", help="one-machine showcase: broker, N daemons, skewed load, live table, report")
@@ -167,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(ns.log_level)
     return {"run": cmd_run, "up": cmd_up, "report": cmd_report}[ns.command](ns)
 
+
+__all__ = ["build_parser", "main", "setting_help"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             broker.stop()
     # Signed is the deployed default and must hold; unsigned rows show what anyone who can
-    # publish to the topic can do (README, Reliability), so they are reported, not required.
+    # publish to the topic can do (docs/reliability.md), so they are reported, not required.
     print(f"signed: {'PASS' if verdicts.get('signed', True) else 'FAIL'}; unsigned: "
           f"{sum(not ok for m, ok in rows if m == 'unsigned')} of {sum(m == 'unsigned' for m, _ in rows)} rows "
           "fail (no signature: expected for impersonation and forged leaves)")

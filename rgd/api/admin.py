@@ -30,13 +30,14 @@ from rgd.api.daemon_view import DAEMON, RoutesView
 from rgd.api.errors import ApiError, bad_request, json_errors, json_response
 from rgd.api.requests import parse_json
 from rgd.config.groups import (
-    RATE_FIELDS,
+    ADMIN_BODY_FIELDS,
     TOPIC_DOMAINS,
     InvalidGroup,
     ResourceGroup,
     check_name,
     check_namespace,
     check_topic,
+    nearest_field,
     unknown_fields,
 )
 from rgd.config.store import ATTACHMENT_TABLES, ConfigChange
@@ -93,18 +94,38 @@ def _group_name(request: web.Request, key: str = "name") -> str:
     return _checked("resource group", check_name, request.match_info[key])
 
 
-async def _submit(daemon: RoutesView, key: str, value: Any, headers: dict[str, str] | None = None) -> web.Response:
+async def _submit(daemon: RoutesView, key: str, value: Any, headers: dict[str, str] | None = None,
+                  notice: dict[str, Any] | None = None) -> web.Response:
     """204 when the change is in force here and on its way to every daemon; 202 when
-    Pulsar is unreachable: in force here, queued for the others."""
+    Pulsar is unreachable: in force here, queued for the others. With a `notice` (what
+    the client should see although the change was accepted) the 204 becomes a 200 that
+    carries it; Pulsar's admin client takes any 2xx of a write as success."""
     change = ConfigChange(key, value, int(time.time() * 1000), daemon.settings.id)
     if await daemon.submit_change(change):
+        if notice:
+            return json_response(notice, 200, headers)
         return web.Response(status=204, headers=headers)
     return json_response(
-        {"status": "applied on this daemon; queued for the cluster until Pulsar is reachable"}, 202, headers
+        {"status": "applied on this daemon; queued for the cluster until Pulsar is reachable", **(notice or {})},
+        202, headers,
     )
 
 
 MAX_LISTED = 20  # ignored fields named in a header; the log line names them all
+
+
+def ignored_fields_notice(ignored: list[str], saved: dict[str, Any]) -> dict[str, Any]:
+    """The body of a PUT that named fields rgd does not know: which, the known field each
+    looks like a misspelling of, and the group as saved, so a typo that left a limit
+    unlimited (-1) is in plain sight rather than only in a header."""
+    near = {name: field for name in ignored if (field := nearest_field(name))}
+    hint = "".join(f"; {name!r}: did you mean {field!r}?" for name, field in near.items())
+    return {
+        "warning": f"unknown fields ignored, as Pulsar ignores them: {', '.join(map(repr, ignored))}{hint}",
+        "ignoredFields": ignored,
+        "didYouMean": near,
+        "resourceGroup": saved,
+    }
 
 
 def _ignored_headers(ignored: list[str]) -> dict[str, str]:
@@ -140,8 +161,9 @@ async def get_group(request: web.Request) -> web.Response:
 @json_errors
 async def put_group(request: web.Request) -> web.Response:
     """Create or update (Pulsar's createOrUpdate): absent or null fields keep their value
-    (-1 on create). Unknown fields are ignored as Pulsar ignores them, and named in a
-    warning log line and response headers, so a misspelt limit is still visible."""
+    (-1 on create). Unknown fields are ignored as Pulsar ignores them, and named in the
+    response body (200 instead of 204: `ignored_fields_notice`), its headers and a warning
+    log line, so a misspelt limit is visible wherever the caller looks."""
     _authorize_write(request)
     daemon = request.app[DAEMON]
     name = _group_name(request)
@@ -151,13 +173,14 @@ async def put_group(request: web.Request) -> web.Response:
         group = ResourceGroup.from_admin(name, body, base=base, strict=False)
     except InvalidGroup as exc:
         raise bad_request(str(exc)) from None
-    headers = None
+    saved = group.to_admin()
     ignored = unknown_fields(body)
-    if ignored:
-        log.warning("PUT resource group %r: ignored unknown fields %s (known: %s)",
-                    name, ", ".join(map(repr, ignored)), ", ".join(RATE_FIELDS))
-        headers = _ignored_headers(ignored)
-    return await _submit(daemon, f"group/{name}", group.to_admin(), headers)
+    if not ignored:
+        return await _submit(daemon, f"group/{name}", saved)
+    log.warning("PUT resource group %r: ignored unknown fields %s (known: %s)",
+                name, ", ".join(map(repr, ignored)), ", ".join(ADMIN_BODY_FIELDS))
+    return await _submit(daemon, f"group/{name}", saved, _ignored_headers(ignored),
+                         ignored_fields_notice(ignored, saved))
 
 
 @json_errors
@@ -283,4 +306,4 @@ def add_routes(app: web.Application) -> None:
 
 
 __all__ = ["CLIENT_ADDRESS_HEADER", "FORWARDED", "IGNORED_HEADER", "PREFIX", "RG_IN_USE", "RG_MISSING", "add_routes",
-           "client_address"]
+           "client_address", "ignored_fields_notice"]

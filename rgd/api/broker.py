@@ -163,7 +163,8 @@ async def usage(request: web.Request) -> web.Response:
         if group is not None:
             daemon.limiter.record_usage(group, ask.kind, ask.messages, ask.nbytes, ask.namespace, ask.topic)
             recorded += 1
-    return json_response({"recorded": recorded, "unlimited": len(asks) - recorded})
+    # "ungrouped", not "unlimited": that name is /v1/acquire's and /v1/quota's boolean.
+    return json_response({"recorded": recorded, "ungrouped": len(asks) - recorded})
 
 
 def _rate_doc(msgs: float, nbytes: float) -> dict[str, float | None]:

@@ -1,9 +1,12 @@
-"""Every error the API returns is JSON `{"reason": "...", "error": "..."}` naming what is wrong.
+"""Every error the API returns is JSON `{"reason": "...", "error": "..."}`.
 
-`reason` is the field of Pulsar's own error body (`ErrorData`), the one the Java
-admin client and pulsar-admin show the user; where Pulsar has a fixed text for
-the same failure ("ResourceGroup is in use") `reason` is that text, and `error`
-carries rgd's more specific message. Elsewhere both say the same.
+Two fields, two jobs. `reason` is the field of Pulsar's own error body (`ErrorData`),
+the one the Java admin client and pulsar-admin show the user, and it is as stable as
+Pulsar's: Pulsar's fixed text where Pulsar has one for the same failure
+("ResourceGroup is in use"), otherwise the HTTP status phrase ("Bad Request"), which
+is what Pulsar's web layer answers when it rejects a request before any handler has a
+word for it. `error` is rgd's specific message: the field, what was expected, the
+allowed range. Scripts match on `reason`; people read `error`.
 
 Two pieces instead of an aiohttp middleware: `json_errors`, a decorator on each
 route handler, and `no_route`, a catch-all route registered last for 404/405. A
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 
 import orjson
 from aiohttp import web
@@ -30,7 +34,15 @@ class ApiError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-        self.reason = reason or message
+        self.reason = reason or status_phrase(status)
+
+
+def status_phrase(status: int) -> str:
+    """The HTTP reason phrase of `status` ("Bad Request"): `reason` where Pulsar has no text of its own."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
 
 
 def bad_request(message: str) -> ApiError:
@@ -43,13 +55,13 @@ def json_response(doc: object, status: int = 200, headers: dict[str, str] | None
     )
 
 
-def error_body(message: str, reason: str | None = None) -> dict[str, str]:
-    return {"reason": reason or message, "error": message}
+def error_body(status: int, message: str, reason: str | None = None) -> dict[str, str]:
+    return {"reason": reason or status_phrase(status), "error": message}
 
 
 def error_response(status: int, message: str, reason: str | None = None,
                    headers: dict[str, str] | None = None) -> web.Response:
-    return json_response(error_body(message, reason), status, headers)
+    return json_response(error_body(status, message, reason), status, headers)
 
 
 def http_error_response(exc: web.HTTPException) -> web.Response:
@@ -117,4 +129,5 @@ def add_fallback_route(app: web.Application) -> None:
 __all__ = [
     "NO_ROUTE", "NO_ROUTE_PATH", "ApiError", "add_fallback_route", "as_json_error", "bad_request",
     "error_body", "error_response", "http_error_response", "json_errors", "json_response", "no_route",
+    "status_phrase",
 ]

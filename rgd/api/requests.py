@@ -18,6 +18,7 @@ import orjson
 
 from rgd.api.errors import bad_request
 from rgd.config.groups import KINDS
+from rgd.config.json_kinds import json_type, shown
 
 MAX_BATCH = 1000
 MAX_MESSAGES = 10_000_000  # per request; more is a client bug, not traffic
@@ -88,13 +89,14 @@ def parse_json(body: bytes) -> Any:
 
 def _count(doc: dict[str, Any], key: str, where: str, limit: int, default: int) -> int:
     value = doc.get(key, default)
+    expected = f"an integer in 0..{limit}"
     if type(value) is not int:
         if type(value) is float and value.is_integer():
             value = int(value)
         else:
-            raise bad_request(f"{where}{key}: expected a non-negative integer, got {value!r}"[:300])
+            raise bad_request(f"{where}{key}: expected {expected}, got {json_type(value)}")
     if value < 0 or value > limit:
-        raise bad_request(f"{where}{key}: {value} is out of range (0..{limit})")
+        raise bad_request(f"{where}{key}: out of range, expected {expected}")
     return value
 
 
@@ -106,13 +108,13 @@ def parse_ask(doc: Any, where: str = "") -> Ask:
         raise bad_request(f"{where}{unknown}: unknown field (expected {', '.join(sorted(ITEM_FIELDS))})"[:300])
     ns = doc.get("namespace")
     if type(ns) is not str or len(ns) > MAX_NAME or not namespace_ok(ns):
-        raise bad_request(f"{where}namespace: expected 'tenant/namespace', got {ns!r}"[:300])
+        raise bad_request(f"{where}namespace: expected 'tenant/namespace', got {shown(ns)}")
     kind = doc.get("kind", "publish")
     if kind not in KINDS:
-        raise bad_request(f"{where}kind: expected one of {', '.join(KINDS)}, got {kind!r}"[:300])
+        raise bad_request(f"{where}kind: expected one of {', '.join(KINDS)}, got {shown(kind)}")
     topic = doc.get("topic")
     if topic is not None and (type(topic) is not str or len(topic) > MAX_TOPIC):
-        raise bad_request(f"{where}topic: expected a topic name string")
+        raise bad_request(f"{where}topic: expected a topic name of at most {MAX_TOPIC} characters, got {shown(topic)}")
     return Ask(
         ns,
         kind,

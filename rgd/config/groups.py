@@ -11,11 +11,14 @@ API and the cluster config topic all build groups through
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from rgd.config.json_kinds import shown
 
 KINDS = ("publish", "dispatch", "replication")
 
@@ -26,6 +29,9 @@ KIND_FIELDS: dict[str, tuple[str, str]] = {
     "replication": ("replicationDispatchRateInMsgs", "replicationDispatchRateInBytes"),
 }
 RATE_FIELDS = tuple(f for kind in KINDS for f in KIND_FIELDS[kind])
+# Every field a ResourceGroup's admin body may carry: the one list unknown fields are found
+# and near misses suggested from (a field Pulsar's ResourceGroup gains is added here).
+ADMIN_BODY_FIELDS: tuple[str, ...] = RATE_FIELDS
 UNLIMITED = -1.0
 # A rate above this is a typo, not a limit (about 1e15 msg/s or bytes/s).
 MAX_RATE = 1e15
@@ -83,15 +89,14 @@ def base_topic(topic: str) -> str:
 
 def check_rate(field_name: str, value: Any) -> float:
     """-1 means unlimited; otherwise a finite number >= 0 (0 blocks the kind)."""
+    expected = f"-1 (unlimited) or a number in 0..{MAX_RATE:.0f}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidGroup(f"{field_name}: expected a number (-1 = unlimited), got {value!r}")
+        raise InvalidGroup(f"{field_name}: expected {expected}, got {shown(value)}")
     rate = float(value)
     if rate == UNLIMITED:
         return UNLIMITED
     if not math.isfinite(rate) or rate < 0 or rate > MAX_RATE:
-        raise InvalidGroup(
-            f"{field_name}: {value!r} is out of range (-1 for unlimited, or 0..{MAX_RATE:.0e})"
-        )
+        raise InvalidGroup(f"{field_name}: out of range, expected {expected}")
     return rate
 
 
@@ -139,8 +144,10 @@ class ResourceGroup:
             raise InvalidGroup(f"{where or 'body'}: expected an object with {', '.join(RATE_FIELDS)}")
         unknown = unknown_fields(body)
         if unknown and strict:
+            near = nearest_field(unknown[0])
+            hint = f"did you mean {near!r}? " if near else ""
             raise InvalidGroup(
-                f"{prefix}{unknown[0]}: unknown field (expected one of {', '.join(RATE_FIELDS)})"
+                f"{prefix}{unknown[0]}: unknown field ({hint}expected one of {', '.join(ADMIN_BODY_FIELDS)})"
             )
         current = base.to_admin() if base else {}
         values = [
@@ -152,8 +159,16 @@ class ResourceGroup:
 
 
 def unknown_fields(body: Mapping[Any, Any]) -> list[str]:
-    """Keys of an admin body that are not rate fields, sorted (for warnings)."""
-    return sorted(str(k) for k in body if k not in RATE_FIELDS)
+    """Keys of an admin body that are not among ADMIN_BODY_FIELDS, sorted (for warnings)."""
+    return sorted(str(k) for k in body if k not in ADMIN_BODY_FIELDS)
+
+
+def nearest_field(name: str) -> str | None:
+    """The known admin field `name` is most likely a misspelling of (`publishRateInMsg` ->
+    `publishRateInMsgs`), or None when none is close."""
+    by_folded = {f.lower(): f for f in ADMIN_BODY_FIELDS}
+    close = difflib.get_close_matches(name.lower(), by_folded, n=1, cutoff=0.8)
+    return by_folded[close[0]] if close else None
 
 
 _QUOTA_ATTRS = ("publish_msgs", "publish_bytes", "dispatch_msgs", "dispatch_bytes",
@@ -291,7 +306,8 @@ def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegis
 
 
 __all__ = [
-    "ATTACHMENT_SECTIONS", "KINDS", "KIND_FIELDS", "MAX_RATE", "RATE_FIELDS", "TOPIC_DOMAINS", "UNLIMITED",
-    "GroupRegistry", "InvalidGroup", "QuotaCeilings", "ResourceGroup", "base_topic", "check_name", "check_namespace",
-    "check_rate", "check_topic", "higher_quota", "registry_from_mapping", "unknown_fields",
+    "ADMIN_BODY_FIELDS", "ATTACHMENT_SECTIONS", "KINDS", "KIND_FIELDS", "MAX_RATE", "RATE_FIELDS", "TOPIC_DOMAINS",
+    "UNLIMITED", "GroupRegistry", "InvalidGroup", "QuotaCeilings", "ResourceGroup", "base_topic", "check_name",
+    "check_namespace", "check_rate", "check_topic", "higher_quota", "nearest_field", "registry_from_mapping",
+    "unknown_fields",
 ]

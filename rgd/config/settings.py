@@ -1,7 +1,8 @@
 """Daemon settings: defaults < config file `daemon:` section < RGD_* environment < flags.
 
-One table (`FIELDS`) drives all four sources, `--help`, the README table and the
-Kubernetes manifests test, so a setting cannot exist in one place only.
+One table (`FIELDS`) drives all four sources, `--help` (in the groups of SETTING_GROUPS, shown
+whole in docs/operating/configuration.md) and the Kubernetes manifests test, so a setting cannot
+exist in one place only.
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ class Settings:
 
 
 HELP: dict[str, str] = {
-    "id": "daemon id in reports (default: hostname)",
+    "id": "this daemon's id in reports, metrics and the usage log; unique in the cluster and the same across "
+          "restarts (Kubernetes: the node name)",
     "listen": "HTTP listen address: HOST:PORT, unix:/path/rgd.sock, or both comma-separated "
               "(e.g. 0.0.0.0:8080,unix:/run/rgd/rgd.sock)",
     "pulsar_url": "Pulsar service URL; empty starts or joins an embedded pulsar-lite broker",
@@ -139,7 +141,8 @@ HELP: dict[str, str] = {
     "max_debt": "cap on usage charged after the fact, in seconds of the local limit",
     "ttl_ticks": "evict a daemon silent for this many ticks",
     "report_tolerance": "skip a group in the report when usage moved less than this fraction",
-    "report_every": "but report every group at least every this many ticks (0 or 1: every tick)",
+    "report_every": "report every group at least every this many ticks, however little its usage moved "
+                    "(0 or 1: every tick)",
     "strategy": "quota strategy: rgd (max-min fair), pulsar, doorman-proportional, doorman-fair, static",
     "pulsar_auth_token": "Pulsar auth token (prefer the _file variant)",
     "pulsar_auth_token_file": "file holding the Pulsar auth token",
@@ -157,7 +160,7 @@ HELP: dict[str, str] = {
                           "consumers decompress whatever they receive",
     "outage_grace": "seconds without the broker before falling back to a safe share",
     "event_loop": "auto (uvloop when installed: about 20 % more batch decisions/s), uvloop or asyncio",
-    "pulsar_metrics": ("also export Pulsar's resource-group metrics (pulsar_resource_group_*, labels ResourceGroup, "
+    "pulsar_metrics": ("export Pulsar's own resource-group metrics too (pulsar_resource_group_*, labels ResourceGroup, "
                        "MonitoringClass) for Pulsar dashboards"),
     "http_idle_timeout": ("close an HTTP connection idle for this many seconds; a request's headers, and then its "
                           "body, must arrive within as long (a late body: 408)"),
@@ -170,6 +173,63 @@ HELP: dict[str, str] = {
                       "interpreter: less memory; asks wait for the GIL, switched every 1 ms, and for garbage "
                       "collections)",
 }
+
+
+# What an empty or computed default means, where printing it would say nothing ('' ) or
+# mislead: `--help` shows these words instead of the value.
+DEFAULT_MEANS: dict[str, str] = {
+    "id": "the hostname",
+    "pulsar_url": "start or join the embedded broker",
+    "config": "none",
+    "pulsar_auth_token": "none",
+    "pulsar_auth_token_file": "none",
+    "pulsar_tls_trust_certs": "the system's CA bundle",
+    "archive_uri": "none: segments stay local",
+    "admin_tokens_file": "none: admin writes from loopback only",
+    "report_hmac_keys_file": "none: reports unsigned",
+}
+
+
+class SettingGroup(NamedTuple):
+    """A titled group of settings, one section of `rgd run --help` and of the docs' table."""
+
+    title: str
+    description: str
+    names: tuple[str, ...]
+
+
+# Every setting in exactly one group (tests/unit/test_cli_help_text.py checks it), in the
+# order a newcomer needs them.
+SETTING_GROUPS: tuple[SettingGroup, ...] = (
+    SettingGroup("configuration", "where the daemon's settings and resource groups come from", ("config",)),
+    SettingGroup("network", "where brokers reach the daemon over HTTP, and how long connections may idle",
+                 ("listen", "http_idle_timeout", "http_max_connections")),
+    SettingGroup("cluster", "who this daemon is and how the daemons agree on shares",
+                 ("id", "tick", "strategy", "ttl_ticks", "report_tolerance", "report_every")),
+    SettingGroup("pulsar", "the broker and topics the usage reports travel on",
+                 ("pulsar_url", "data_dir", "topic", "config_topic", "report_compression", "outage_grace")),
+    SettingGroup("limits", "the local token buckets brokers' asks are decided by", ("burst", "max_debt")),
+    SettingGroup("usage log", "the record of every report, its segments and archive",
+                 ("log_dir", "log_segment_bytes", "log_segment_age", "log_retention", "archive_uri",
+                  "log_receipt_payloads")),
+    SettingGroup("security", "who may change groups, sign reports, and how to reach a secured Pulsar",
+                 ("admin_tokens_file", "report_hmac_keys_file", "pulsar_auth_token", "pulsar_auth_token_file",
+                  "pulsar_tls_trust_certs", "pulsar_tls_allow_insecure", "pulsar_tls_validate_hostname")),
+    SettingGroup("metrics", "what /metrics exports besides rgd's own", ("pulsar_metrics",)),
+    SettingGroup("layout", "how the daemon's work is split over event loops, threads and processes",
+                 ("event_loop", "cluster_process", "cluster_thread")),
+)
+
+
+def shown_default(name: str) -> str:
+    """A setting's default as `--help` and the docs show it: words for an empty or computed
+    one, on/off for a switch, the value otherwise."""
+    if name in DEFAULT_MEANS:
+        return DEFAULT_MEANS[name]
+    default = FIELDS[name].default
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return str(default)
 
 
 def _parse_bool(text: str) -> bool:
@@ -283,3 +343,11 @@ def resolve(config_daemon: Mapping[str, Any], environ: Mapping[str, str], flags:
     s = merge(s, from_env(environ), "environment")
     s = merge(s, flags, "command line")
     return with_defaults(s)
+
+
+__all__ = [
+    "DEFAULT_BURST_SECONDS", "DEFAULT_CONFIG_TOPIC", "DEFAULT_MEANS", "DEFAULT_TOPIC", "FIELDS", "HELP",
+    "REPORT_COMPRESSIONS", "SETTING_GROUPS", "STRATEGY_NAMES", "UNIX_PREFIX", "ListenAddress", "SettingGroup",
+    "Settings", "SettingsError", "env_name", "from_env", "merge", "parse_listen", "resolve", "shown_default",
+    "validate", "with_defaults",
+]

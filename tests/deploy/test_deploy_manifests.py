@@ -435,8 +435,11 @@ def test_dashboard_is_well_formed() -> None:
         assert panel["datasource"]["uid"] == "${datasource}"
 
 
+KUBERNETES_PAGE = ROOT / "docs" / "operating" / "kubernetes.md"
+
+
 def _readme_install_command(name: str) -> str:
-    readme = (ROOT / "README.md").read_text()
+    readme = KUBERNETES_PAGE.read_text()
     [line] = [ln.strip() for ln in readme.splitlines()
               if f"create secret generic {name} " in ln and "openssl rand" in ln]
     return line
@@ -445,7 +448,7 @@ def _readme_install_command(name: str) -> str:
 def test_reports_are_signed_by_default_with_a_key_from_a_required_secret(rendered: list[dict[str, Any]]) -> None:
     """Secure by default: the daemon's keys file lies in a read-only mount of the
     `rgd-report-keys` Secret, which is required (no `optional`: a pod without it does
-    not start rather than run unsigned), and the README's install steps create it."""
+    not start rather than run unsigned), and the Kubernetes page's install steps create it."""
     pod, c = _daemon(rendered)
     keys_file = _env(c)["RGD_REPORT_HMAC_KEYS_FILE"]["value"]
     assert "report_hmac_keys_file" in FIELDS and env_name("report_hmac_keys_file") == "RGD_REPORT_HMAC_KEYS_FILE"
@@ -459,16 +462,16 @@ def test_reports_are_signed_by_default_with_a_key_from_a_required_secret(rendere
 
 
 def test_the_readme_key_and_rotation_steps_give_files_the_daemon_loads(tmp_path: Path) -> None:
-    """Run the README's shell for the Secret's content (openssl, printf) without kubectl:
+    """Run the Kubernetes page's shell for the Secret's content (openssl, printf) without kubectl:
     the install key and each rotation step's file load as HmacKeys, and each step
     verifies what the previous step's daemons sign and signs what they verify."""
     if shutil.which("openssl") is None or shutil.which("bash") is None:
-        pytest.fail("openssl and bash are needed to run the README's key commands")
+        pytest.fail("openssl and bash are needed to run the Kubernetes page's key commands")
     from rgd.cluster.report_codec import HmacKeys
 
     literal = re.search(r'--from-literal=keys="(.*)"$', _readme_install_command("rgd-report-keys")).group(1)
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Rotate the report key"):readme.index("### Configure resource groups")]
+    readme = KUBERNETES_PAGE.read_text()
+    section = readme[readme.index("## Rotate the report key"):readme.index("## Configure resource groups")]
     script = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     steps = re.findall(r'^set_keys (".*")\s+#', script, re.M)
     new = re.search(r'^NEW=(".*?")\s', script, re.M).group(1)
@@ -491,3 +494,17 @@ def test_the_readme_key_and_rotation_steps_give_files_the_daemon_loads(tmp_path:
     for before, after in itertools.pairwise(chain):
         # Mid-rollout, daemons on either step hear each other.
         assert after.verify(payload, before.sign(payload)) and before.verify(payload, after.sign(payload))
+
+
+def test_every_metric_the_daemon_exposes_is_documented(tmp_path: Path) -> None:
+    """docs/operating/metrics.md names every family a daemon exposes, and names no series it lacks
+    (those of `--cluster-process`/`--cluster-thread` only, and Pulsar's names, aside)."""
+    page = (ROOT / "docs" / "operating" / "metrics.md").read_text()
+    documented = set(re.findall(r"\b(rgd_[a-z0-9_]+)", page))
+    series, families = _exposed(tmp_path, with_usage_log=True)
+    undocumented = sorted(f for f in families if not any(d == f or d.startswith(f + "_") for d in documented))
+    assert not undocumented, f"metrics the daemon exposes that docs/operating/metrics.md does not name: {undocumented}"
+    split_only = {"rgd_serving_link_seconds_total", "rgd_serving_gc_seconds_total"}
+    unknown = sorted(d for d in documented - split_only
+                     if d not in series and not any(s.startswith(d) for s in series))
+    assert not unknown, f"docs/operating/metrics.md names series the daemon does not expose: {unknown}"

@@ -79,7 +79,7 @@ async def test_usage_is_never_denied_and_creates_debt(make_daemon, http, config)
     d = await make_daemon(config=config)
     status, doc, _ = await post(http, base_url(d) + "/v1/usage",
                                 {"namespace": "acme/orders", "kind": "dispatch", "messages": 50})
-    assert status == 200 and doc == {"recorded": 1, "unlimited": 0}
+    assert status == 200 and doc == {"recorded": 1, "ungrouped": 0}
     status, doc, _ = await post(http, base_url(d) + "/v1/acquire", {"namespace": "acme/orders", "kind": "dispatch"})
     assert status == 429 and doc["reason"] == "debt"
 

@@ -178,25 +178,6 @@ async def test_a_bad_ask_raises_at_its_caller_only(make_daemon, config, seen):
     await wait_for(lambda: seen == [1], 2)
 
 
-async def test_readme_example_runs(make_daemon, config, seen):
-    """The README's 10-line example, as written, against a daemon (its URL swapped in)."""
-    import re
-    import sys
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("\n## Python client\n"):]
-    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
-    assert len(code.strip().splitlines()) <= 10 and "http://127.0.0.1:8080" in code
-    d = await make_daemon(config=config, strategy="static")
-    code = code.replace("http://127.0.0.1:8080", base_url(d)).replace("acme/orders", "big/orders")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0, err.decode()
-    assert out.decode().strip() == "50 of 50 allowed; 1 HTTP request(s)"
-    assert seen == [50]
-
-
 async def test_asks_wait_for_an_answer_when_max_inflight_requests_are_out(make_daemon, config, seen):
     d = await make_daemon(config=config, strategy="static")
     async with Client(base_url(d), window=0.0, max_inflight=1) as client:

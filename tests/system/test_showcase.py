@@ -11,6 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rgd.devtools.showcase import new_run_dir
+from tests.support.doc_examples import output_sample, shape_of
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_rgd_up_runs_and_exits_zero(tmp_path: Path):
@@ -28,6 +31,10 @@ def test_rgd_up_runs_and_exits_zero(tmp_path: Path):
     assert any(p.is_file() for p in logs), "the daemons logged nothing"
     assert (run / "report" / "report.html").exists()
     assert f"fairness report: {run / 'report' / 'report.html'}" in proc.stdout
+    # The README's sample summary has this run's lines, words and units (its figures were measured).
+    sample = output_sample((ROOT / "README.md").read_text(), "rgd up")
+    printed = proc.stdout[proc.stdout.index(f"fairness report: {run}"):].strip("\n").splitlines()
+    assert shape_of("\n".join(printed[:len(sample.splitlines())])) == shape_of(sample)
     assert "{'" not in proc.stdout, "a Python dict printed for people"
     assert " WARN " not in proc.stderr, "Spark's log lines among the progress lines"
     assert (run / "report" / "spark.log").stat().st_size > 0

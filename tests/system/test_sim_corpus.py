@@ -23,7 +23,7 @@ than the floor before every peer's report has had time to arrive). Jain min and
 utilization min did not move.
 
 Re-measured when a limit cut below an unthrottled daemon's demand began to drain its saved
-tokens (sim/README.md, behaviour 8): every floor measured the same (26 of 30 scenarios
+tokens (behaviour 8 of sim/README.md, in its git history): every floor measured the same (26 of 30 scenarios
 without a tick over 10 %, 0.954 within 3 ticks, 0.973 within 5, windows at >= 95 %
 utilization 0.991, Jain min 0.946). Case 13 (a 10x quota cut: 24.9 % over) is now under
 1 %; case 0 went from 4.6 % to 11.0 % over (a busy peer evicted after three lost reports
@@ -37,14 +37,14 @@ arrive, where it used to take the even split of groups it could not see), the re
 Re-measured when the bucket shrank from 1 s to 0.1 s with room for ten messages, Retry-After
 came to be capped by the next react, and the simulated brokers began to ask at their own
 instants over a sub-step with each daemon's reacts folding what arrived during it
-(sim/README.md, behaviour 9): scenarios with no tick over 10 % 26 -> 29 of 30, the worst
+(behaviour 9 of sim/README.md, in its git history): scenarios with no tick over 10 % 26 -> 29 of 30, the worst
 overshoot 62.3 % -> 16.4 % (case 0, two ticks after a crash under 28 % loss and a 2-tick
 delay), the worst window's utilization 0.894 -> 0.948, windows at >= 95 % utilization
 0.993 -> 0.996, Jain min and convergence unchanged.
 
 Re-measured when silence came to be judged against the measured loss and early reports to
 count their noise in events (asks, usage records) and to need the trailing tick's agreement
-(sim/README.md, behaviours 10 and 11): every scenario now stays within 10 % in every tick
+(behaviours 10 and 11 of sim/README.md, in its git history): every scenario now stays within 10 % in every tick
 (29 -> 30 of 30; worst 16.4 % -> 9.9 %, case 7; case 0, a busy peer evicted after three
 lost reports at 28 % loss, 16.4 % -> 5.4 %); within 3 ticks 0.954 -> 0.958, within 5
 0.973 -> 0.977; Jain min unchanged; the worst window's utilization 0.948 -> 0.937 (case 6)
@@ -188,7 +188,7 @@ def test_rgd_floors_on_the_corpus() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="issue targets not met on the corpus, and not all able to hold within the "
-                   "fuzz's bounds (sim/README, 'What cannot hold within these bounds'): windows >= 95 % "
+                   "fuzz's bounds (sim/README.md, 'Guarantees within the bounds'): windows >= 95 % "
                    "utilization 0.9827 (all), changes within 5 ticks 0.996 (all)")
 def test_rgd_meets_the_targets_on_the_corpus() -> None:
     cs = _completed("rgd")

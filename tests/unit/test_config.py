@@ -35,7 +35,7 @@ def test_toml_is_accepted():
     [
         (b"resourcegroups: {gold: {publishRateInMsg: 1}}", "resourcegroups.gold.publishRateInMsg: unknown field"),
         (b"resourcegroups: {gold: {publishRateInMsgs: -5}}", "resourcegroups.gold.publishRateInMsgs"),
-        (b"resourcegroups: {gold: {publishRateInMsgs: abc}}", "expected a number"),
+        (b"resourcegroups: {gold: {publishRateInMsgs: abc}}", "a number in 0..1000000000000000, got 'abc'"),
         (b"resourcegroups: {gold: {}}\nnamespaces: {acme/x: nope}",
          "namespaces.acme/x: resource group 'nope' is not defined"),
         (b"resourcegroups: {gold: {}}\nnamespaces: {acme: gold}", "must be 'tenant/namespace'"),

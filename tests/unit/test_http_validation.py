@@ -89,8 +89,8 @@ async def api() -> AsyncIterator[Api]:
         (b'{"namespace": 5}', "namespace"),
         (b'{"namespace": "acme"}', "namespace"),
         (b'{"namespace": "acme/orders", "kind": "eat"}', "kind"),
-        (b'{"namespace": "acme/orders", "messages": -1}', "messages: -1 is out of range"),
-        (b'{"namespace": "acme/orders", "messages": "3"}', "messages: expected a non-negative integer"),
+        (b'{"namespace": "acme/orders", "messages": -1}', "messages: out of range, expected an integer in 0..10000000"),
+        (b'{"namespace": "acme/orders", "messages": "3"}', "messages: expected an integer in 0..10000000, got a str"),
         (b'{"namespace": "acme/orders", "bytes": 1e300}', "bytes"),
         (b'{"namespace": "acme/orders", "bytes": 99999999999999999999999}', "bytes"),
         (b'{"namespace": "acme/orders", "colour": "red"}', "colour: unknown field"),
@@ -107,6 +107,60 @@ async def test_bad_bodies_get_400_naming_the_field(api: Api, body: bytes, needle
         assert r.status == 400, doc
         assert needle in doc["error"]
     assert not stand_in.limiter.states  # nothing reached the limiter
+
+
+@pytest.mark.parametrize("number", [b"99999999999999999999999999", b"1e300", b"-99999999999999999999", b"2.5",
+                                    b"1099511627777"])
+async def test_a_number_out_of_range_is_named_by_its_range_and_never_echoed(api: Api, number: bytes) -> None:
+    client, _ = api
+    for field in (b"messages", b"bytes"):
+        body = b'{"namespace": "acme/orders", "' + field + b'": ' + number + b"}"
+        r = await client.post("/v1/acquire", data=body, headers={"Content-Type": "application/json"})
+        doc = await r.json()
+        assert r.status == 400 and doc["reason"] == "Bad Request", doc
+        assert doc["error"].startswith(field.decode() + ": ") and " in 0.." in doc["error"], doc
+        digits = [d for d in doc["error"].replace("..", " ").split() if d.strip(",.").lstrip("-").isdigit()]
+        assert all(d.strip(",.") in {"0", "10000000", str(1 << 40)} for d in digits), doc  # only the range's bounds
+    r = await client.put("/admin/v2/resourcegroups/gold", data=b'{"publishRateInMsgs": 1e300}',
+                         headers={"Content-Type": "application/json", "Authorization": "Bearer s3cret"})
+    doc = await r.json()
+    assert r.status == 400 and doc == {
+        "reason": "Bad Request",
+        "error": "publishRateInMsgs: out of range, expected -1 (unlimited) or a number in 0..1000000000000000"}
+
+
+async def test_reason_is_pulsars_text_or_the_status_phrase_and_error_the_specifics(api: Api) -> None:
+    client, _ = api
+    r = await client.post("/v1/acquire", data=b"{")
+    doc = await r.json()
+    assert doc["reason"] == "Bad Request" and doc["error"].startswith("body: malformed JSON")
+    r = await client.get("/admin/v2/resourcegroups/nope")
+    assert await r.json() == {"reason": "ResourceGroup does not exist", "error": "resource group 'nope' does not exist"}
+    r = await client.get("/nope")
+    assert await r.json() == {"reason": "Not Found", "error": "no route for GET /nope"}
+    r = await client.delete("/v1/acquire")
+    assert (await r.json())["reason"] == "Method Not Allowed"
+
+
+async def test_usage_counts_asks_with_no_group_as_ungrouped(api: Api) -> None:
+    client, _ = api
+    r = await client.post("/v1/usage", json={"requests": [{"namespace": "acme/orders"}, {"namespace": "x/y"}]})
+    assert await r.json() == {"recorded": 1, "ungrouped": 1}
+
+
+async def test_a_misspelt_admin_field_is_named_in_the_answer_with_the_group_as_saved(api: Api) -> None:
+    client, stand_in = api
+    auth = {"Authorization": "Bearer s3cret"}
+    r = await client.put("/admin/v2/resourcegroups/silver", json={"publishRateInMsg": 100, "zNew": 1}, headers=auth)
+    assert r.status == 200 and r.headers["X-Rgd-Ignored-Fields"] == "publishRateInMsg,zNew"
+    doc = await r.json()
+    assert doc["ignoredFields"] == ["publishRateInMsg", "zNew"]
+    assert doc["didYouMean"] == {"publishRateInMsg": "publishRateInMsgs"}
+    assert doc["resourceGroup"]["publishRateInMsgs"] == -1  # the typo left it unlimited: in plain sight
+    assert "'publishRateInMsg': did you mean 'publishRateInMsgs'?" in doc["warning"]
+    assert stand_in.config.effective.groups["silver"].publish_msgs == -1  # accepted, as Pulsar accepts it
+    r = await client.put("/admin/v2/resourcegroups/silver", json={"publishRateInMsgs": 100}, headers=auth)
+    assert r.status == 204 and await r.read() == b""
 
 
 async def test_a_good_ask_reaches_the_limiter_and_the_batch_bound_holds(api: Api) -> None:
