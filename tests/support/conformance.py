@@ -37,7 +37,7 @@ NOT_SOON_MS = 2**31 - 1  # the daemon's retry_after_ms for a zero rate; clients 
 Control = Callable[[str], Awaitable[None]]
 Runner = Callable[[dict[str, Any], str, Control], Awaitable[dict[str, Any]]]
 
-__all__ = ["CASES_FILE", "NOT_SOON_MS", "Control", "Harness", "Runner", "load_cases", "mismatches",
+__all__ = ["CASES_FILE", "NOT_SOON_MS", "Control", "Harness", "Runner", "java_runner", "load_cases", "mismatches",
            "run_python_case"]
 
 
@@ -310,3 +310,31 @@ async def run_python_case(case: dict[str, Any], url: str, control: Control) -> d
     finally:
         await client.close()
     return {"case": case["name"], "steps": steps, "client_requests": client.stats.requests}
+
+
+# -- the Java runner: dev.rgd.client.conformance.ConformanceRunner in a JVM -------------------------
+
+def java_runner(proc: asyncio.subprocess.Process) -> Runner:
+    """A Runner that hands each case to a running ConformanceRunner process (see the protocol above)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    async def run(case: dict[str, Any], url: str, control: Control) -> dict[str, Any]:
+        stdin.write((json.dumps({"case": case, "url": url}) + "\n").encode())
+        await stdin.drain()
+        while True:
+            line = await stdout.readline()
+            if not line:
+                raise AssertionError(f"{case['name']}: the Java runner exited ({await proc.wait()})")
+            msg = json.loads(line)
+            if "control" in msg:
+                await control(msg["control"])
+                stdin.write(b'{"ok": true}\n')
+                await stdin.drain()
+            elif "result" in msg:
+                result: dict[str, Any] = msg["result"]
+                return result
+            else:
+                raise AssertionError(f"{case['name']}: the Java runner said {line[:300]!r}")
+
+    return run

@@ -268,6 +268,7 @@ public final class RgdClient implements AutoCloseable {
     private List<Pending> pending = new ArrayList<>();
     private ScheduledFuture<?> timer;
     private int inflight;
+    private int unanswered; // requests whose asks are not all answered yet (what close waits for)
     private final Map<Key, Hold> holds = new HashMap<>();
     private long pausedUntil; // no request before this (unreachable, or a request-level Retry-After)
     private boolean paused;
@@ -410,6 +411,7 @@ public final class RgdClient implements AutoCloseable {
             }
             out.add(batch);
             inflight++;
+            unanswered++;
             requests++;
             asksSent += batch.size();
         }
@@ -469,12 +471,18 @@ public final class RgdClient implements AutoCloseable {
             } finally {
                 inflight--;
                 next = takeBatches(closed);
-                lock.notifyAll();
             }
         }
         sendAll(next);
-        for (Completion c : done) {
-            c.apply();
+        try {
+            for (Completion c : done) {
+                c.apply();
+            }
+        } finally {
+            synchronized (lock) {
+                unanswered--;
+                lock.notifyAll();
+            }
         }
     }
 
@@ -738,7 +746,7 @@ public final class RgdClient implements AutoCloseable {
         long deadline = System.nanoTime() + 2 * timeout.toNanos();
         boolean interrupted = false;
         synchronized (lock) {
-            while (inflight > 0 || !pending.isEmpty()) {
+            while (unanswered > 0 || !pending.isEmpty()) {
                 long left = deadline - System.nanoTime();
                 if (left <= 0) {
                     break;
@@ -781,7 +789,7 @@ public final class RgdClient implements AutoCloseable {
     }
 
     static void checkKind(String kind) {
-        if (!KINDS.contains(kind)) {
+        if (kind == null || !KINDS.contains(kind)) {
             throw new IllegalArgumentException("kind: expected one of " + String.join(", ", KINDS) + ", got "
                     + (kind == null ? "null" : "'" + kind + "'"));
         }
