@@ -180,8 +180,9 @@ def mismatches(case: dict[str, Any], result: dict[str, Any], requests: list[int]
             continue
         if "acquire" in step:
             answers = got.get("answers")
-            if not isinstance(answers, list):
-                out.append(f"{where}: no answers: {got!r}")
+            asked = 1 if "until" in step else len(_asks(step))
+            if not isinstance(answers, list) or len(answers) != asked:
+                out.append(f"{where}: expected {asked} answers, got {got!r}"[:500])
                 continue
             out += _answers_mismatch(answers, expect, where)
         elif "error" in expect:
