@@ -302,7 +302,7 @@ async def run_python_case(case: dict[str, Any], url: str, control: Control) -> d
                 if step.get("first_alone"):
                     sent = client.stats.requests
                     tasks.append(asyncio.ensure_future(ask(asks[0])))
-                    await wait_for(lambda: client.stats.requests > sent, 5, 0)
+                    await wait_for(lambda sent=sent: client.stats.requests > sent, 5, 0)
                     asks = asks[1:]
                 tasks += [asyncio.ensure_future(ask(a)) for a in asks]
                 steps.append({"answers": list(await asyncio.gather(*tasks))})
