@@ -269,6 +269,7 @@ public final class RgdClient implements AutoCloseable {
     private ScheduledFuture<?> timer;
     private int inflight;
     private int unanswered; // requests whose asks are not all answered yet (what close waits for)
+    private int answering; // threads handing out a request's answers now
     private final Map<Key, Hold> holds = new HashMap<>();
     private long pausedUntil; // no request before this (unreachable, or a request-level Retry-After)
     private boolean paused;
@@ -377,7 +378,9 @@ public final class RgdClient implements AutoCloseable {
         List<List<Pending>> send;
         synchronized (lock) {
             timer = null;
-            send = takeBatches(false);
+            // While answers are being handed out, the asks their callers make at once join the
+            // same batch: it goes when the handing out is over (see answered).
+            send = answering > 0 ? null : takeBatches(false);
         }
         sendAll(send);
     }
@@ -471,6 +474,7 @@ public final class RgdClient implements AutoCloseable {
             } finally {
                 inflight--;
                 next = takeBatches(closed);
+                answering++;
             }
         }
         sendAll(next);
@@ -481,8 +485,12 @@ public final class RgdClient implements AutoCloseable {
         } finally {
             synchronized (lock) {
                 unanswered--;
+                answering--;
+                // what the callers asked while being answered, once their window is over
+                next = answering == 0 ? takeBatches(closed) : null;
                 lock.notifyAll();
             }
+            sendAll(next);
         }
     }
 
