@@ -91,12 +91,15 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     fig: dict[str, Any] = {}
     for client in CLIENTS:
         mine = [r for r in runs if r["client"] == client]
+        def median(key: str, mine: list[dict[str, Any]] = mine) -> float:
+            return round(statistics.median(r[key] for r in mine), 3)
+
         fig[client] = {
-            "decisions_per_s": statistics.median(r["calls_per_s"] for r in mine),
-            "daemon_cpu_us_per_decision": statistics.median(r["daemon_cpu_us_per_decision"] for r in mine),
-            "asks_per_request": statistics.median(r["asks_per_request"] for r in mine),
-            "p50_ms": statistics.median(r["p50_ms"] for r in mine),
-            "p99_ms": statistics.median(r["p99_ms"] for r in mine),
+            "decisions_per_s": median("calls_per_s"),
+            "daemon_cpu_us_per_decision": median("daemon_cpu_us_per_decision"),
+            "asks_per_request": median("asks_per_request"),
+            "p50_ms": median("p50_ms"),
+            "p99_ms": median("p99_ms"),
             "per_round_decisions_per_s": [r["calls_per_s"] for r in mine],
         }
     j, p = fig["java"], fig["python"]

@@ -2,7 +2,6 @@ package dev.rgd.client;
 
 import java.util.Collections;
 import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
@@ -73,7 +72,7 @@ public record Quota(String namespace, Optional<String> group, boolean unlimited,
         if (v == null) {
             return OptionalDouble.empty();
         }
-        if (!(v instanceof Number n) || v instanceof List) {
+        if (!(v instanceof Number n)) {
             throw new Json.JsonException("quota: " + kind + "." + which + ": expected a number or null, got " + v);
         }
         return OptionalDouble.of(n.doubleValue());
