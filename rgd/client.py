@@ -12,9 +12,9 @@ window, so batches grow with the load rather than the number of requests.
 What it promises when the daemon cannot answer (connection refused, timeout,
 5xx): an explicit policy, never a hang or an exception per message.
 `on_unreachable="closed"` denies, except a bounded local fallback: each
-(namespace, kind) may pass up to `fallback_rate` (messages/s, bytes/s) from a
-local token bucket; `"open"` admits everything. Answers say where they came
-from (`Answer.source`).
+(namespace, kind) may pass up to `fallback_rate` (messages/s, bytes/s), or its own
+rate in `fallback_rates`, from a local token bucket; `"open"` admits everything.
+Answers say where they came from (`Answer.source`).
 
 `Retry-After`: a denied answer carries the daemon's wait; the client then
 answers that (namespace, kind)'s asks of at least that size itself, denied,
@@ -24,6 +24,13 @@ sooner, so it still goes to the daemon). Held asks never reach the daemon, so
 its demand count (what the quota split is computed from) misses them:
 `max_hold=0` sends every ask. A non-2xx answer to the whole request with a
 `Retry-After` header pauses all sending for that long (answers by the policy).
+
+`usage` (usage that already happened, never denied) and `quota` (the limits in
+force, for a broker that enforces in-process) are one request per call; they raise
+`RgdUnreachableError` when the daemon cannot answer.
+
+The Java client (clients/java, `dev.rgd.client.RgdClient`) has the same semantics:
+clients/conformance/cases.json holds both to them against a live daemon.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
-from typing import Literal, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Literal, NamedTuple, TypeVar
+from urllib.parse import urlencode
 
 import aiohttp
 import msgspec
@@ -55,7 +63,12 @@ __all__ = [
     "Answer",
     "Client",
     "ClientStats",
+    "KindQuota",
+    "Quota",
+    "Rates",
     "RgdRequestError",
+    "RgdUnreachableError",
+    "UsageRecorded",
 ]
 
 SOURCE_DAEMON = "daemon"  # the daemon decided
@@ -74,12 +87,50 @@ class Answer(NamedTuple):
     source: str = SOURCE_DAEMON
 
 
+_T = TypeVar("_T")
 _new_answer = tuple.__new__  # Answer(...) without the Python-level __new__ frame: once per call
 
 
 class RgdRequestError(RuntimeError):
     """The daemon refused the request as malformed (4xx other than 429): a bug on the
     client's side, raised to every caller whose ask was in that request."""
+
+
+class RgdUnreachableError(ConnectionError):
+    """`usage` or `quota` could not reach the daemon (connection refused, timeout, 5xx, an
+    answer that is not rgd's). `acquire` never raises it: its policy answers instead."""
+
+
+class UsageRecorded(msgspec.Struct, frozen=True):
+    """The daemon's answer to `usage`: asks charged to a group, and asks whose namespace has none."""
+
+    recorded: int
+    ungrouped: int
+
+
+class Rates(msgspec.Struct, frozen=True):
+    """Per second; None = unlimited."""
+
+    messages_per_second: float | None = None
+    bytes_per_second: float | None = None
+
+
+class KindQuota(msgspec.Struct, frozen=True):
+    """One kind's limits: the local one in force on this daemon, and the group's cluster-wide quota."""
+
+    local: Rates
+    cluster: Rates
+
+
+class Quota(msgspec.Struct, frozen=True):
+    """`GET /v1/quota`: a namespace's group and, per kind, its limits (none when unlimited)."""
+
+    namespace: str
+    group: str | None
+    unlimited: bool
+    publish: KindQuota | None = None
+    dispatch: KindQuota | None = None
+    replication: KindQuota | None = None
 
 
 class _Result(msgspec.Struct, gc=False):
@@ -131,6 +182,7 @@ class Client:
         max_inflight: int = 4,
         on_unreachable: Literal["open", "closed"] = "closed",
         fallback_rate: tuple[float, float] = (0.0, math.inf),
+        fallback_rates: Mapping[tuple[str, str], tuple[float, float]] | None = None,
         unreachable_backoff: float = 0.5,
         max_hold: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -145,14 +197,19 @@ class Client:
             raise ValueError(f"on_unreachable: expected 'open' or 'closed', got {on_unreachable!r}")
         if len(fallback_rate) != 2 or min(fallback_rate) < 0:
             raise ValueError(f"fallback_rate: expected (messages/s, bytes/s) >= 0, got {fallback_rate!r}")
+        for (ns, kind), rate in (fallback_rates or {}).items():
+            _check(ns, kind, 0, 0, None)
+            if len(rate) != 2 or min(rate) < 0:
+                raise ValueError(f"fallback_rates[{ns!r}, {kind!r}]: expected (messages/s, bytes/s) >= 0, got {rate!r}")
         if url.startswith(UNIX_PREFIX):
             self._socket_path: str | None = url[len(UNIX_PREFIX):]
-            self._endpoint = "http://localhost/v1/acquire"
+            self._base = "http://localhost"
         elif url.startswith(("http://", "https://")):
             self._socket_path = None
-            self._endpoint = url.rstrip("/") + "/v1/acquire"
+            self._base = url.rstrip("/")
         else:
             raise ValueError(f"url: expected http://HOST:PORT or unix:/path, got {url!r}")
+        self._endpoint = self._base + "/v1/acquire"
         self.url = url
         self.window = window
         self.max_batch = max_batch
@@ -161,6 +218,7 @@ class Client:
         self.max_inflight = max_inflight  # requests out at once before asks wait for an answer (full batches excepted)
         self.on_unreachable = on_unreachable
         self.fallback_rate = fallback_rate
+        self.fallback_rates = dict(fallback_rates or {})  # (namespace, kind) -> its own fallback rate
         self.unreachable_backoff = unreachable_backoff
         self.max_hold = max_hold  # a zero rate says "retry in 24 days"; a config change may lift it sooner
         self.clock = clock
@@ -316,9 +374,10 @@ class Client:
             return Answer(True, reason=None, source=SOURCE_FALLBACK)
         buckets = self._fallback.get((namespace, kind))
         if buckets is None:
+            rate = self.fallback_rates.get((namespace, kind), self.fallback_rate)
             buckets = self._fallback[(namespace, kind)] = (
-                TokenBucket.new(self.fallback_rate[0], now, FALLBACK_BURST_SECONDS),
-                TokenBucket.new(self.fallback_rate[1], now, FALLBACK_BURST_SECONDS))
+                TokenBucket.new(rate[0], now, FALLBACK_BURST_SECONDS),
+                TokenBucket.new(rate[1], now, FALLBACK_BURST_SECONDS))
         mb, bb = buckets
         mb.refill(now)
         bb.refill(now)
@@ -329,6 +388,50 @@ class Client:
             return Answer(True, reason=None, source=SOURCE_FALLBACK)
         wait = max(mb.wait_seconds(short_m), bb.wait_seconds(short_b), self._paused_until - now)
         return Answer(False, wait, reason=REASON_UNREACHABLE, source=SOURCE_FALLBACK)
+
+    # -- usage and quota: one request per call -------------------------------------------------
+
+    async def usage(self, namespace: str, kind: str = "dispatch", messages: int = 1, bytes: int = 0,
+                    topic: str | None = None) -> UsageRecorded:
+        """Record usage that already happened (dispatch is charged after the fact, as Pulsar
+        does): never denied; later asks of the group pay the debt."""
+        if self._closed:
+            raise RuntimeError("client is closed")
+        _check(namespace, kind, messages, bytes, topic)
+        body = _encode(Ask(namespace, kind, messages, bytes, topic))
+        return _decoded(await self._call("POST", "/v1/usage", body), UsageRecorded)
+
+    async def quota(self, namespace: str, topic: str | None = None) -> Quota:
+        """The limits in force now for `namespace`'s group (or the topic's own), for a broker
+        that enforces in-process."""
+        if self._closed:
+            raise RuntimeError("client is closed")
+        _check(namespace, "publish", 0, 0, topic)
+        query = {"namespace": namespace} if topic is None else {"namespace": namespace, "topic": topic}
+        return _decoded(await self._call("GET", "/v1/quota?" + urlencode(query)), Quota)
+
+    async def _call(self, method: str, path: str, body: bytes | None = None) -> bytes:
+        """One request's 200 body; RgdRequestError for a 4xx (not 429), RgdUnreachableError
+        for the rest of what is not an answer."""
+        url = self._base + path
+        try:
+            async with self._get_session().request(method, url, data=body) as resp:
+                data = await resp.read()
+                status, retry_header = resp.status, resp.headers.get("Retry-After")
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise RgdUnreachableError(f"rgd at {url} is unreachable: {exc!r}") from exc
+        if status >= 500 or (status != 200 and retry_header is not None):
+            raise RgdUnreachableError(f"rgd answered {status}")
+        if status != 200:
+            raise RgdRequestError(f"rgd answered {status}: {data[:300].decode(errors='replace')}")
+        return data
+
+
+def _decoded(data: bytes, kind: type[_T]) -> _T:
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.DecodeError as exc:  # ValidationError included
+        raise RgdUnreachableError(f"not rgd's answer: {exc}") from exc
 
 
 def _retry_after_seconds(header: str | None, default: float) -> float:

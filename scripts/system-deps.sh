@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# System packages the test suite needs beyond Python: Java 17 (Spark), Chromium
-# (renders the HTML report), redis-server and wrk (benchmark smoke test).
+# System packages the test suite needs beyond Python: a JDK 17 (Spark runs on its JRE;
+# javac builds the Java client, clients/java), Chromium (renders the HTML report),
+# redis-server and wrk (benchmark smoke test).
 # Installs only what is missing; needs root (CI runs as root).
 set -euo pipefail
 need=()
-command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+# the JDK brings the JRE with it: one package whether java, javac or both are missing
+if ! command -v java >/dev/null || ! command -v javac >/dev/null; then need+=(openjdk-17-jdk-headless); fi
 command -v chromium >/dev/null || need+=(chromium)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v wrk >/dev/null || need+=(wrk)

@@ -67,9 +67,10 @@ async def make_daemon(broker: EmbeddedBroker, topics: dict[str, str], tmp_path: 
 
     started: list[Daemon] = []
 
-    async def factory(daemon_id: str = "d1", config: Path | None = None, ready: bool = True, **overrides) -> Daemon:
+    async def factory(daemon_id: str = "d1", config: Path | None = None, ready: bool = True,
+                      listen: str = "127.0.0.1:0", **overrides) -> Daemon:
         settings = Settings(
-            id=daemon_id, listen="127.0.0.1:0", pulsar_url=broker.url,
+            id=daemon_id, listen=listen, pulsar_url=broker.url,
             log_dir=str(tmp_path / f"log-{daemon_id}"), data_dir=str(tmp_path / "data"),
             config=str(config or ""), **{**topics, **overrides},
         )
@@ -84,6 +85,24 @@ async def make_daemon(broker: EmbeddedBroker, topics: dict[str, str], tmp_path: 
     yield factory
     for d in reversed(started):
         await d.stop()
+
+
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Asks per request, as the daemon's broker routes (/v1/acquire, /v1/usage) parsed them:
+    what reached the daemon, counted on its side."""
+    import rgd.api.broker
+
+    counts: list[int] = []
+    parse = rgd.api.broker.parse_body
+
+    def counting(body: bytes):
+        asks, is_batch = parse(body)
+        counts.append(len(asks))
+        return asks, is_batch
+
+    monkeypatch.setattr(rgd.api.broker, "parse_body", counting)
+    return counts
 
 
 @pytest.fixture

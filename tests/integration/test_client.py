@@ -1,7 +1,7 @@
 """rgd.client against real daemons (real broker, real HTTP on loopback and on a unix socket).
 
-What the daemon saw is counted on the daemon's side: the acquire handler's body
-parser is wrapped to count the requests and asks that reached it.
+What the daemon saw is counted on the daemon's side: the `seen` fixture (tests/conftest.py)
+wraps the broker routes' body parser to count the requests and asks that reached it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import rgd.api.broker
 from rgd.client import SOURCE_DAEMON, SOURCE_FALLBACK, SOURCE_RETRY_AFTER, Client
 from rgd.config.file import load_config
 from rgd.config.settings import Settings, validate
@@ -27,21 +26,6 @@ def config(tmp_path: Path) -> Path:
          "wide": {"publishRateInMsgs": 1_000_000, "publishRateInBytes": -1}},
         tenants={"acme": "gold", "big": "wide"},
     )
-
-
-@pytest.fixture
-def seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Asks per request, as the daemon's acquire handler parsed them."""
-    counts: list[int] = []
-    parse = rgd.api.broker.parse_body
-
-    def counting(body: bytes):
-        asks, is_batch = parse(body)
-        counts.append(len(asks))
-        return asks, is_batch
-
-    monkeypatch.setattr(rgd.api.broker, "parse_body", counting)
-    return counts
 
 
 def _total(d: Daemon, group: str, field: str) -> int:
