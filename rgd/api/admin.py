@@ -30,7 +30,7 @@ from rgd.api.daemon_view import DAEMON, RoutesView
 from rgd.api.errors import ApiError, bad_request, json_errors, json_response
 from rgd.api.requests import parse_json
 from rgd.config.groups import (
-    RATE_FIELDS,
+    GROUP_FIELDS,
     TOPIC_DOMAINS,
     InvalidGroup,
     ResourceGroup,
@@ -155,7 +155,7 @@ async def put_group(request: web.Request) -> web.Response:
     ignored = unknown_fields(body)
     if ignored:
         log.warning("PUT resource group %r: ignored unknown fields %s (known: %s)",
-                    name, ", ".join(map(repr, ignored)), ", ".join(RATE_FIELDS))
+                    name, ", ".join(map(repr, ignored)), ", ".join(GROUP_FIELDS))
         headers = _ignored_headers(ignored)
     return await _submit(daemon, f"group/{name}", group.to_admin(), headers)
 

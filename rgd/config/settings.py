@@ -118,6 +118,8 @@ class Settings:
     http_max_connections: int = 4096  # lowered to the fd limit minus a reserve at start
     cluster_process: bool = False  # brokers' asks in this process, the cluster work in a second one
     cluster_thread: bool = False  # brokers' asks on the main thread's loop, the cluster work on a second thread's
+    shadow: bool = False  # shadow mode for every group: decide and count, never deny
+    cluster_name: str = "standalone"  # this Pulsar cluster's name: the local half of replicatorDispatchRate keys
 
     @property
     def listen_addresses(self) -> list[ListenAddress]:
@@ -169,6 +171,10 @@ HELP: dict[str, str] = {
     "cluster_thread": "as cluster_process, but the cluster work runs in a second thread of this process (one "
                       "interpreter: less memory; asks wait for the GIL, switched every 1 ms, and for garbage "
                       "collections)",
+    "shadow": "shadow mode for every group: every decision is made and counted, brokers are always told "
+              "allowed (the real decision beside it, under \"shadow\"); per group: shadowMode: true",
+    "cluster_name": "this Pulsar cluster's name (Pulsar's clusterName): replicatorDispatchRate entries keyed "
+                    "'CLUSTER_NAME->REMOTE' apply here",
 }
 
 
@@ -266,6 +272,8 @@ def validate(s: Settings, source: str = "settings") -> Settings:
     if s.cluster_process and s.cluster_thread:
         fail("cluster_thread", "cluster_process is set too: the cluster work runs in a process or in a thread, "
                                "not both")
+    if not s.cluster_name or not all(c.isascii() and (c.isalnum() or c in "_-=:.") for c in s.cluster_name):
+        fail("cluster_name", f"{s.cluster_name!r} is not a valid cluster name (ASCII letters, digits and _ - = : .)")
     if s.strategy not in STRATEGY_NAMES:
         fail("strategy", f"{s.strategy!r} is not one of {', '.join(sorted(STRATEGY_NAMES))}")
     return s
