@@ -45,6 +45,10 @@ FULL = {  # new ResourceGroup() with every setter called, as Jackson writes it
     "replicationDispatchRateInMsgs": 400, "replicationDispatchRateInBytes": 2000,
 }
 UNLIMITED = dict.fromkeys(FULL, -1)
+# Pulsar's ResourceGroup starts its replicatorDispatchRate map empty, and Jackson writes it so.
+NO_MAP = {"replicatorDispatchRate": {}}
+WEST = {"dispatchThrottlingRateInMsg": 1, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
+        "relativeToPublishRate": False}
 
 BARE = object()  # marker: the expected body is the bare text that follows
 
@@ -65,18 +69,19 @@ CONVERSATION = [
                                 "replicationDispatchRateInMsgs": 400,
                                 "replicationDispatchRateInBytes": 2000}).encode(), 204),
     _row("getResourceGroup", "GET", f"/admin/v2/resourcegroups/{RG}", JAVA, None,
-         200, {**UNLIMITED, "replicationDispatchRateInMsgs": 400, "replicationDispatchRateInBytes": 2000}),
+         200, {**UNLIMITED, **NO_MAP, "replicationDispatchRateInMsgs": 400, "replicationDispatchRateInBytes": 2000}),
     _row("updateResourceGroup (every field)", "PUT", f"/admin/v2/resourcegroups/{RG}", JSON_BODY,
          json.dumps(FULL).encode(), 204),
     _row("updateResourceGroup (non-null fields only: read-modify-write)", "PUT", f"/admin/v2/resourcegroups/{RG}",
          JSON_BODY, json.dumps({"publishRateInMsgs": 150}).encode(), 204),
-    _row("updateResourceGroup (a newer client's field: ignored)", "PUT", f"/admin/v2/resourcegroups/{RG}",
+    _row("updateResourceGroup (with a replicatorDispatchRate entry)", "PUT", f"/admin/v2/resourcegroups/{RG}",
          JSON_BODY, json.dumps({"dispatchRateInMsgs": 600,
-                                "replicatorDispatchRate": {"local_remote": {"dispatchThrottlingRateInMsg": 1}},
+                                "replicatorDispatchRate": {"east->west": {"dispatchThrottlingRateInMsg": 1}},
                                 }).encode(),
          204),
     _row("getResourceGroup (after updates)", "GET", f"/admin/v2/resourcegroups/{RG}", JAVA, None,
-         200, {**FULL, "publishRateInMsgs": 150, "dispatchRateInMsgs": 600}),
+         200, {**FULL, "publishRateInMsgs": 150, "dispatchRateInMsgs": 600,
+               "replicatorDispatchRate": {"east->west": WEST}}),
     _row("getResourceGroups", "GET", "/admin/v2/resourcegroups", JAVA, None, 200, [RG]),
     _row("getNamespaceResourceGroup (none attached)", "GET", f"/admin/v2/namespaces/{NS}/resourcegroup", JAVA, None,
          204, b""),
