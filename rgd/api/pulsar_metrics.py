@@ -92,7 +92,7 @@ class PulsarMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         d = self.daemon
         rg_mc = ["ResourceGroup", "MonitoringClass"]
-        remote = ["ResourceGroup", "MonitoringClass", "RemoteBroker", "RemoteBrokerName"]
+        remote_labels = ["ResourceGroup", "MonitoringClass", "RemoteBroker", "RemoteBrokerName"]
         quota_b = CounterMetricFamily("pulsar_resource_group_calculated_bytes_quota",
                                       "Bytes quota calculated for resource group", labels=rg_mc)
         quota_m = CounterMetricFamily("pulsar_resource_group_calculated_messages_quota",
@@ -111,16 +111,16 @@ class PulsarMetrics(Collector):
                                        labels=rg_mc)
         remote_b = CounterMetricFamily("pulsar_resource_group_remote_usage_bytes_used",
                                        "Bytes used reported about this <RG, monitoring class> from a remote broker",
-                                       labels=remote)
+                                       labels=remote_labels)
         remote_m = CounterMetricFamily("pulsar_resource_group_remote_usage_messages_used",
                                        "Messages used reported about this <RG, monitoring class> from a remote broker",
-                                       labels=remote)
+                                       labels=remote_labels)
         remote_bg = GaugeMetricFamily("pulsar_resource_group_remote_usage_bytes_used_gauge",
                                       "Bytes used reported about this <RG, monitoring class> from a remote broker",
-                                      labels=remote)
+                                      labels=remote_labels)
         remote_mg = GaugeMetricFamily("pulsar_resource_group_remote_usage_messages_used_gauge",
                                       "Messages used reported about this <RG, monitoring class> from a remote broker",
-                                      labels=remote)
+                                      labels=remote_labels)
         # Pulsar's local families have no remote cluster: a group's replication to every remote
         # cluster is one (ResourceGroup, ReplicationDispatch) series, its budgets summed.
         local: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0, 0.0])

@@ -200,7 +200,8 @@ class ResourceGroup:
         if shadow is not None and not isinstance(shadow, bool):
             raise InvalidGroup(f"{prefix}{SHADOW_FIELD}: expected true or false, got {shadow!r}")
         shadow_mode = shadow if shadow is not None else (base.shadow_mode if base else False)
-        return cls(name, *values, replicator_rates=replicators, shadow_mode=shadow_mode)
+        pm, pb, dm, db, rm, rb = values
+        return cls(name, pm, pb, dm, db, rm, rb, replicator_rates=replicators, shadow_mode=shadow_mode)
 
 
 def check_replicator_rates(where: str, value: Any) -> tuple[ReplicatorRate, ...]:
@@ -287,8 +288,9 @@ def higher_quota(a: ResourceGroup, b: ResourceGroup) -> ResourceGroup:
     covers a tick it may have spent under either config."""
     def higher(x: float, y: float) -> float:
         return UNLIMITED if x < 0 or y < 0 else max(x, y)
-    return ResourceGroup(b.name, *(higher(getattr(a, f), getattr(b, f)) for f in _QUOTA_ATTRS),
-                         replicator_rates=b.replicator_rates, shadow_mode=b.shadow_mode)
+    pm, pb, dm, db, rm, rb = (higher(getattr(a, f), getattr(b, f)) for f in _QUOTA_ATTRS)
+    return ResourceGroup(b.name, pm, pb, dm, db, rm, rb, replicator_rates=b.replicator_rates,
+                         shadow_mode=b.shadow_mode)
 
 
 class QuotaCeilings(Mapping[str, ResourceGroup]):
