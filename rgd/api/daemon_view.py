@@ -89,7 +89,7 @@ class ObservedState(AskView, Protocol):
 
     @property
     def fairness(self) -> dict[tuple[str, str, str], Fairness]:
-        """(budget, kind, unit) -> the live fairness gauges, as of the last tick."""
+        """(budget, kind, unit) -> the live fairness gauges, from the usage map (read by a scrape)."""
         ...
 
     @property

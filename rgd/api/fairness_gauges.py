@@ -16,7 +16,9 @@ throttled), as last reported:
   a fraction of the quota;
 - quota utilization = sum a / Q.
 
-Pure functions of their inputs; the daemon calls `map_fairness` once per tick.
+Pure functions of their inputs. The daemon computes `map_fairness` at most once a tick, when
+a scrape asks (in the scrape's worker thread, like every collector: it reads the map through
+list() copies while the loop goes on changing it).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def map_fairness(usage_map: UsageMap, budgets: Mapping[str, ResourceGroup]) -> d
         group = budgets.get(name)
         if group is None or not entries:
             continue
-        kinds = [entry.usage for entry in entries.values()]
+        kinds = [entry.usage for entry in list(entries.values())]
         for kind in KINDS:
             per_daemon = [u.kind(kind) for u in kinds]
             for unit, quota in zip(UNITS, group.rates(kind)):

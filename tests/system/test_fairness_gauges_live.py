@@ -4,6 +4,7 @@ a quota of 100 settle at the max-min fair split 70/30, and every daemon's gauges
 from __future__ import annotations
 
 import asyncio
+import statistics
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -51,7 +52,11 @@ def test_gauges_show_the_fair_split(broker, tmp_path):
     admitted = [s.admitted_between(SAMPLE_FROM, SAMPLE_FROM + 4) / 4 for s in stats]
     print(f"admitted msg/s while sampled: {admitted} (fair: 70, 30)")
     for d, readings in seen.items():
+        # the map holds each daemon's last report, and a report between ticks measures a
+        # shorter window: a single reading may be off by a few messages; the median is not
+        median = {k: statistics.median(g[k] for g in readings) for k in readings[0]}
+        assert median["rgd_group_fairness_jain"] >= 0.95, (d, readings)
+        assert median["rgd_group_fair_share_error"] <= 0.1, (d, readings)
+        assert 0.9 <= median["rgd_group_quota_utilization"] <= 1.1, (d, readings)
         for g in readings:
-            assert g["rgd_group_fairness_jain"] >= 0.9, (d, g)
-            assert g["rgd_group_fair_share_error"] <= 0.15, (d, g)
-            assert 0.85 <= g["rgd_group_quota_utilization"] <= 1.1, (d, g)
+            assert g["rgd_group_fairness_jain"] >= 0.8 and g["rgd_group_fair_share_error"] <= 0.25, (d, g)
