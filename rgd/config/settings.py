@@ -272,7 +272,9 @@ def validate(s: Settings, source: str = "settings") -> Settings:
     if s.cluster_process and s.cluster_thread:
         fail("cluster_thread", "cluster_process is set too: the cluster work runs in a process or in a thread, "
                                "not both")
-    if not s.cluster_name or not all(c.isascii() and (c.isalnum() or c in "_-=:.") for c in s.cluster_name):
+    from rgd.config.groups import is_name
+
+    if not is_name(s.cluster_name):
         fail("cluster_name", f"{s.cluster_name!r} is not a valid cluster name (ASCII letters, digits and _ - = : .)")
     if s.strategy not in STRATEGY_NAMES:
         fail("strategy", f"{s.strategy!r} is not one of {', '.join(sorted(STRATEGY_NAMES))}")

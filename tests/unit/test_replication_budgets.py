@@ -3,6 +3,8 @@ admin shape, and the per-remote-cluster budgets the cluster shares (rgd.config.g
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rgd.config.file import ConfigError, parse_config
@@ -115,3 +117,34 @@ resourcegroups:
 """, "c.yaml")
     gold = doc.registry.groups["gold"]
     assert gold.shadow_mode and gold.replicator_rates[0].messages == 60.0
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b'{"namespace": "a/b", "kind": "publish", "remote_cluster": "west"}', "remote_cluster: only for kind replication"),
+    (b'{"namespace": "a/b", "kind": "replication", "remote_cluster": "we@st"}', "remote_cluster: expected a cluster"),
+    (b'{"namespace": "a/b", "kind": "replication", "remote_cluster": ""}', "remote_cluster: expected a cluster"),
+    (b'{"requests": [{"namespace": "a/b", "kind": "replication", "remote_cluster": 5}]}',
+     "requests[0].remote_cluster: expected a cluster"),
+])
+def test_bad_remote_clusters_are_named(body, message):
+    from rgd.api.errors import ApiError
+    from rgd.api.requests import parse_body
+
+    with pytest.raises(ApiError, match=re.escape(message)):
+        parse_body(body)
+
+
+def test_both_parsers_read_remote_cluster_alike():
+    from rgd.api.requests import decode_well_formed, parse_asks, parse_json
+
+    body = b'{"namespace": "a/b", "kind": "replication", "remote_cluster": "west", "messages": 2}'
+    assert decode_well_formed(body) == parse_asks(parse_json(body))
+    assert decode_well_formed(body)[0][0].remote_cluster == "west"
+
+
+def test_the_cluster_name_setting_follows_the_name_rule():
+    from rgd.config.settings import Settings, SettingsError, validate
+
+    assert validate(Settings(cluster_name="us-east:1")).cluster_name == "us-east:1"
+    with pytest.raises(SettingsError, match="cluster_name"):
+        validate(Settings(cluster_name="us east"))
