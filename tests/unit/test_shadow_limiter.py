@@ -44,3 +44,26 @@ def test_shadow_all_shadows_every_group():
     assert not d.allowed and d.reason == "message_rate"
     st = limiter.states[("blocked", "publish")]
     assert st.total_admitted_messages == 1 and st.shadow_events == {"message_rate": 1}
+
+
+def test_shadow_counts_cross_the_process_link():
+    """`--cluster-process`: the serving process decides; its shadow counts reach the cluster
+    process's mirror (which serves /metrics and builds the reports) exactly once."""
+    from rgd.daemon.limiter_link import MirrorLimiter, ServingLimiter
+
+    clock = FakeClock()
+    serving, mirror = ServingLimiter(clock), MirrorLimiter(clock)
+    serving.initial_fraction = 1.0
+    group = ResourceGroup("gold", publish_msgs=10.0, shadow_mode=True)
+    groups = {"gold": group}
+    for _round in range(3):
+        for _ in range(30):
+            clock.t += 0.01
+            serving.acquire(group, "publish", 1, 10, "acme/a")
+        mirror.absorb(serving.take_counts(), groups)
+    s, m = serving.states[("gold", "publish")], mirror.states[("gold", "publish")]
+    assert s.total_shadow_throttled_messages > 0
+    assert (m.total_shadow_throttled_messages, m.total_shadow_throttled_bytes, m.shadow_events) == (
+        s.total_shadow_throttled_messages, s.total_shadow_throttled_bytes, s.shadow_events)
+    assert m.total_admitted_messages == 90 and m.total_throttled_messages == 0
+    assert mirror.collect()[("gold", "publish")].counters.shadow_throttled_messages == s.total_shadow_throttled_messages
