@@ -147,18 +147,10 @@ class ServingLimiter(Limiter):
             topics = tuple(st.topics) if st.topics else None
             if topics:
                 st.topics = None
-            denied = None
-            if st.throttled_events:
-                sent = self._sent_throttled.setdefault(key, {})
-                denied = {r: n - sent.get(r, 0) for r, n in st.throttled_events.items() if n != sent.get(r, 0)}
-                sent.update(st.throttled_events)
-            shadow_denied = None
-            if st.shadow_events:
-                sent = self._sent_shadow.setdefault(key, {})
-                shadow_denied = {r: n - sent.get(r, 0) for r, n in st.shadow_events.items() if n != sent.get(r, 0)}
-                sent.update(st.shadow_events)
-            append((key[0], key[1], *counted, events, denied or None, namespaces, topics,  # type: ignore[arg-type]
-                    *shadowed, shadow_denied or None))
+            denied = _since_sent(self._sent_throttled, key, st.throttled_events)
+            shadow_denied = _since_sent(self._sent_shadow, key, st.shadow_events)
+            append((key[0], key[1], *counted, events, denied, namespaces, topics,  # type: ignore[arg-type]
+                    *shadowed, shadow_denied))
         return out
 
     @property
@@ -280,24 +272,38 @@ class MirrorLimiter(Limiter):
             st.total_throttled_bytes += thr_b
             st.total_events += events
             if denied:
-                if st.throttled_events is None:
-                    st.throttled_events = {}
-                for reason, n in denied.items():
-                    st.throttled_events[reason] = st.throttled_events.get(reason, 0) + n
+                st.throttled_events = _added(st.throttled_events, denied)
             if shadow_m or shadow_b or shadow_denied:
                 tick.shadow_throttled_messages += shadow_m
                 tick.shadow_throttled_bytes += shadow_b
                 st.total_shadow_throttled_messages += shadow_m
                 st.total_shadow_throttled_bytes += shadow_b
                 if shadow_denied:
-                    if st.shadow_events is None:
-                        st.shadow_events = {}
-                    for reason, n in shadow_denied.items():
-                        st.shadow_events[reason] = st.shadow_events.get(reason, 0) + n
+                    st.shadow_events = _added(st.shadow_events, shadow_denied)
             if namespaces:
                 st.namespaces.update(namespaces)
             if topics:
                 add_topics(st, topics)
+
+
+def _since_sent(sent_by_key: dict[tuple[str, str], dict[str, int]], key: tuple[str, str],
+                events: dict[str, int] | None) -> dict[str, int] | None:
+    """A bucket's cumulative events by reason, as the increase since they were last handed
+    over (None: none), recording them as handed over."""
+    if not events:
+        return None
+    sent = sent_by_key.setdefault(key, {})
+    delta = {r: n - sent.get(r, 0) for r, n in events.items() if n != sent.get(r, 0)}
+    sent.update(events)
+    return delta or None
+
+
+def _added(events: dict[str, int] | None, delta: dict[str, int]) -> dict[str, int]:
+    """`events` (made on the first) with `delta` added reason by reason."""
+    out = events if events is not None else {}
+    for reason, n in delta.items():
+        out[reason] = out.get(reason, 0) + n
+    return out
 
 
 class MirrorRate:
