@@ -153,18 +153,20 @@ class ResourceGroup:
         return self.replication_msgs, self.replication_bytes
 
     def to_admin(self) -> dict[str, Any]:
-        """Pulsar admin v2 JSON shape (every field; -1 = unlimited), `replicatorDispatchRate`
-        as Pulsar's map of DispatchRate objects, and `shadowMode` only when on (rgd's own)."""
+        """Pulsar admin v2 JSON shape (every rate field; -1 = unlimited), `replicatorDispatchRate`
+        as Pulsar's map of DispatchRate objects when it has entries (a Java client reads an absent
+        map as the empty one it starts with), and `shadowMode` only when on (rgd's own)."""
         doc: dict[str, Any] = {
             field_name: _admin_number(rate)
             for kind in KINDS
             for field_name, rate in zip(KIND_FIELDS[kind], self.rates(kind))
         }
-        doc[REPLICATOR_FIELD] = {
-            r.key: {DISPATCH_RATE_MSGS: _admin_number(r.messages), DISPATCH_RATE_BYTES: _admin_number(r.nbytes),
-                    "ratePeriodInSecond": 1, "relativeToPublishRate": False}
-            for r in self.replicator_rates
-        }
+        if self.replicator_rates:
+            doc[REPLICATOR_FIELD] = {
+                r.key: {DISPATCH_RATE_MSGS: _admin_number(r.messages), DISPATCH_RATE_BYTES: _admin_number(r.nbytes),
+                        "ratePeriodInSecond": 1, "relativeToPublishRate": False}
+                for r in self.replicator_rates
+            }
         if self.shadow_mode:
             doc[SHADOW_FIELD] = True
         return doc

@@ -746,9 +746,14 @@ class Daemon:
             budget = budgets.get(budget_name(group.name, remote)) if r.key.startswith(prefix) else None
             if budget is not None:
                 remote_clusters[remote] = {"key": r.key, **self._budget_stats(budget, ("replication",))}
-        return {"group": group.name, "quota": group.to_admin(), "daemon": self.settings.id,
-                "shadow_mode": self.limiter.shadows(group), **doc, "remote_clusters": remote_clusters,
-                "members": sorted(self.node.members())}
+        out = {"group": group.name, "quota": group.to_admin(), "daemon": self.settings.id, **doc,
+               "members": sorted(self.node.members())}
+        # Only when they say something, as shadowMode in the group's own body.
+        if self.limiter.shadows(group):
+            out["shadow_mode"] = True
+        if remote_clusters:
+            out["remote_clusters"] = remote_clusters
+        return out
 
     def _budget_stats(self, budget: ResourceGroup, kinds: tuple[str, ...]) -> dict[str, Any]:
         """One budget's `limits` (this daemon's, per kind) and `daemons` (the usage map's entries)."""

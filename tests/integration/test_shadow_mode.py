@@ -38,7 +38,7 @@ async def test_the_admin_api_turns_shadow_mode_on_and_off(make_daemon, http, tmp
         assert r.status == 204
     async with http.get(url) as r:
         doc = await r.json()
-    assert doc["shadowMode"] is True and doc["publishRateInMsgs"] == 0 and doc["replicatorDispatchRate"] == {}
+    assert doc["shadowMode"] is True and doc["publishRateInMsgs"] == 0 and "replicatorDispatchRate" not in doc
     status, answer = await acquire(http, d, ask)
     assert status == 200 and answer["allowed"] is True
     assert answer["shadow"] == {"allowed": False, "reason": "message_rate", "retry_after_ms": 2147483647}
@@ -52,6 +52,8 @@ async def test_the_admin_api_turns_shadow_mode_on_and_off(make_daemon, http, tmp
         assert "shadowMode" not in await r.json()
     status, answer = await acquire(http, d, ask)
     assert status == 429 and answer["allowed"] is False
+    async with http.get(url + "/stats") as r:
+        assert "shadow_mode" not in await r.json()
     m = await metrics(http, d)
     assert sample(m, "rgd_shadow_throttled_events_total", group="gold", kind="publish", reason="message_rate") == 1
     assert sample(m, "rgd_shadow_throttled_messages_total", group="gold", kind="publish") == 2
