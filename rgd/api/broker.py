@@ -21,7 +21,7 @@ from rgd.api.body import read_body, read_slow_body
 from rgd.api.daemon_view import ASKS, AskView
 from rgd.api.errors import ApiError, as_json_error, bad_request, json_errors, json_response
 from rgd.api.requests import Ask, namespace_ok, parse_body
-from rgd.config.groups import KINDS, ResourceGroup
+from rgd.config.groups import KINDS, GroupRegistry, ResourceGroup, is_name
 from rgd.limiting.limiter import BatchOutcome, Decision, full_quota
 from rgd.limiting.token_bucket import INF
 
@@ -42,6 +42,18 @@ def _decision_doc(group: str, d: Decision) -> dict[str, Any]:
         "group": group,
         "retry_after_ms": _retry_ms(d.retry_after_s),
         "reason": d.reason,
+    }
+
+
+def _shadow_doc(group: str, d: Decision) -> dict[str, Any]:
+    """Shadow mode's answer to a denial: go ahead, with the decision enforcing would have made."""
+    rm, rb = d.remaining_messages, d.remaining_bytes
+    return {
+        "allowed": True,
+        "group": group,
+        "remaining_messages": None if rm == INF else max(0, int(rm)),
+        "remaining_bytes": None if rb == INF else max(0, int(rb)),
+        "shadow": {"allowed": False, "reason": d.reason, "retry_after_ms": _retry_ms(d.retry_after_s)},
     }
 
 
@@ -72,17 +84,31 @@ _encode = msgspec.json.Encoder().encode
 _namespace_of = attrgetter("namespace")
 _topic_of = attrgetter("topic")
 _kind_of = attrgetter("kind")
+_remote_of = attrgetter("remote_cluster")
 
 
-def _group_answers(group: str, outcome: BatchOutcome) -> list[Any]:
-    """One (group, kind)'s answers in its asks' order."""
+def _group_answers(group: str, outcome: BatchOutcome, shadow: bool = False) -> list[Any]:
+    """One (group, kind)'s answers in its asks' order (`shadow`: the group is in shadow mode)."""
     n = outcome.admitted
     answers: list[Any] = list(map(
         Allowed, repeat(True, n), repeat(group, n),
         outcome.remaining_messages or repeat(None, n), outcome.remaining_bytes or repeat(None, n)))
     if outcome.rest:
-        answers.extend(_decision_doc(group, d) for d in outcome.rest)
+        doc = _shadow_or_decision_doc if shadow else _decision_doc
+        answers.extend(doc(group, d) for d in outcome.rest)
     return answers
+
+
+def _shadow_or_decision_doc(group: str, d: Decision) -> dict[str, Any]:
+    return _decision_doc(group, d) if d.allowed else _shadow_doc(group, d)
+
+
+def _budget(registry: GroupRegistry, group: ResourceGroup, ask: Ask) -> ResourceGroup:
+    """What limits an ask of `group`: a replication ask naming its remote cluster goes to that
+    cluster's replicatorDispatchRate budget (or, without one, the group's replication rates)."""
+    if ask.remote_cluster is None:
+        return group
+    return registry.replication_budget(group, ask.remote_cluster)
 
 
 def _batch(daemon: AskView, asks: list[Ask]) -> list[Any]:
@@ -103,26 +129,30 @@ def _batch(daemon: AskView, asks: list[Ask]) -> list[Any]:
     else:
         group_of = {ns: resolve(ns) for ns in set(map(_namespace_of, asks))}
     kinds = set(map(_kind_of, asks))
-    if len(kinds) == 1 and len(set(group_of.values())) == 1:  # the usual broker batch: one group, one kind
+    remotes = set(map(_remote_of, asks))
+    if len(kinds) == 1 and len(remotes) == 1 and len(set(group_of.values())) == 1:
+        # the usual broker batch: one group, one kind (and one remote cluster)
         group = next(iter(group_of.values()))
         if group is None:
             return [_UNLIMITED] * len(asks)
+        budget = _budget(registry, group, asks[0])
         namespaces = None if by_topic else group_of.keys()
-        return _group_answers(group.name, limiter.acquire_batch(group, kinds.pop(), asks, now, namespaces))
-    by_key: dict[tuple[str, str], tuple[list[int], list[Ask]]] = {}
+        return _group_answers(group.name, limiter.acquire_batch(budget, kinds.pop(), asks, now, namespaces),
+                              limiter.shadows(budget))
+    by_key: dict[tuple[str, str], tuple[list[int], list[Ask], ResourceGroup, str]] = {}
     results: list[Any] = [_UNLIMITED] * len(asks)
     for i, ask in enumerate(asks):
         group = group_of[(ask.namespace, ask.topic) if by_topic else ask.namespace]
         if group is not None:
-            key = (group.name, ask.kind)
+            budget = _budget(registry, group, ask)
+            key = (budget.name, ask.kind)
             entry = by_key.get(key)
             if entry is None:
-                entry = by_key[key] = ([], [])
+                entry = by_key[key] = ([], [], budget, group.name)
             entry[0].append(i)
             entry[1].append(ask)
-    registry_groups = {g.name: g for g in group_of.values() if g is not None}
-    for (name, kind), (positions, group_asks) in by_key.items():
-        answers = _group_answers(name, limiter.acquire_batch(registry_groups[name], kind, group_asks, now))
+    for (_, kind), (positions, group_asks, budget, name) in by_key.items():
+        answers = _group_answers(name, limiter.acquire_batch(budget, kind, group_asks, now), limiter.shadows(budget))
         for i, answer in zip(positions, answers):
             results[i] = answer
     return results
@@ -144,9 +174,13 @@ async def acquire(request: web.Request) -> web.Response:
         if group is None:
             return json_response(_UNLIMITED)
         limiter = daemon.limiter
-        d = limiter.acquire(group, ask.kind, ask.messages, ask.nbytes, namespace, ask.topic, limiter.clock())
+        budget = group if ask.remote_cluster is None else daemon.config.effective.replication_budget(
+            group, ask.remote_cluster)
+        d = limiter.acquire(budget, ask.kind, ask.messages, ask.nbytes, namespace, ask.topic, limiter.clock())
         if d.allowed:
             return web.Response(body=orjson.dumps(_decision_doc(group.name, d)), content_type="application/json")
+        if limiter.shadows(budget):
+            return json_response(_shadow_doc(group.name, d))
         return _denied(group.name, d)
     except (ApiError, web.HTTPException) as exc:
         return as_json_error(request, exc)
@@ -156,12 +190,14 @@ async def acquire(request: web.Request) -> web.Response:
 async def usage(request: web.Request) -> web.Response:
     daemon = request.app[ASKS]
     asks, _ = parse_body(await read_body(request, daemon.settings.http_idle_timeout))
-    resolve = daemon.config.effective.resolve
+    registry = daemon.config.effective
+    resolve = registry.resolve
     recorded = 0
     for ask in asks:
         group = resolve(ask.namespace, ask.topic)
         if group is not None:
-            daemon.limiter.record_usage(group, ask.kind, ask.messages, ask.nbytes, ask.namespace, ask.topic)
+            daemon.limiter.record_usage(_budget(registry, group, ask), ask.kind, ask.messages, ask.nbytes,
+                                        ask.namespace, ask.topic)
             recorded += 1
     # "ungrouped", not "unlimited": that name is /v1/acquire's and /v1/quota's boolean.
     return json_response({"recorded": recorded, "ungrouped": len(asks) - recorded})
@@ -180,13 +216,20 @@ async def quota(request: web.Request) -> web.Response:
     ns = request.query.get("namespace")
     if not ns or not namespace_ok(ns):  # the same shape rule as /v1/acquire's bodies
         raise bad_request(f"namespace: query parameter must be 'tenant/namespace', got {ns!r}")
-    group = daemon.config.effective.resolve(ns, request.query.get("topic"))
+    remote = request.query.get("remote_cluster")
+    if remote is not None and not is_name(remote):
+        raise bad_request(f"remote_cluster: query parameter must be a cluster name, got {remote!r}"[:300])
+    registry = daemon.config.effective
+    group = registry.resolve(ns, request.query.get("topic"))
     if group is None:
         return json_response({"namespace": ns, "group": None, "unlimited": True})
     doc: dict[str, Any] = {"namespace": ns, "group": group.name, "unlimited": False}
+    if remote is not None:
+        doc["remote_cluster"] = remote
     for kind in KINDS:
-        local = daemon.limiter.limit_in_force(group, kind)
-        doc[kind] = {"local": _rate_doc(*local), "cluster": _rate_doc(*full_quota(group, kind))}
+        budget = registry.replication_budget(group, remote) if kind == "replication" and remote else group
+        local = daemon.limiter.limit_in_force(budget, kind)
+        doc[kind] = {"local": _rate_doc(*local), "cluster": _rate_doc(*full_quota(budget, kind))}
     return json_response(doc)
 
 

@@ -18,6 +18,7 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from rgd.api.connection_guard import ConnectionGuard
+    from rgd.api.fairness_gauges import Fairness
     from rgd.api.metrics import Metrics
     from rgd.cluster.usage_map import UsageMap
     from rgd.config.groups import GroupRegistry, ResourceGroup
@@ -85,6 +86,11 @@ class ObservedState(AskView, Protocol):
 
     @property
     def last_local_rates(self) -> dict[tuple[str, str], tuple[float, float]]: ...
+
+    @property
+    def fairness(self) -> dict[tuple[str, str, str], Fairness]:
+        """(budget, kind, unit) -> the live fairness gauges, from the usage map (read by a scrape)."""
+        ...
 
     @property
     def inbox(self) -> asyncio.Queue[Any]: ...

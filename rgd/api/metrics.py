@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from rgd.api.connection_guard import connection_limit
-from rgd.config.groups import KINDS
+from rgd.config.groups import KINDS, split_budget
 
 if TYPE_CHECKING:
     from rgd.api.connection_guard import ConnectionGuard
@@ -31,6 +31,9 @@ MAX_PEER_SERIES = 20_000  # rgd_peer_usage_rate samples per scrape at most
 # seconds of the scrapes were the run's highest, at most 147-150 MB); at 500 they are not
 # (143-145 MB), for ~260 parts a scrape instead of ~65 and the same worst scrape time.
 SAMPLES_PER_PART = 500
+# The label naming the remote cluster of a per-remote-cluster replication budget (Pulsar's
+# replicatorDispatchRate entry), on every per-group family; empty for the group's own budget.
+REMOTE = "remote_cluster"
 
 
 def _finite(x: float) -> float:
@@ -84,10 +87,12 @@ class LimiterCollector(Collector):
         d = self.daemon
         yield from self._counters()
         yield from self._events()
+        yield from self._shadow()
         yield from self._limits()
         yield from self._quotas()
         yield from self._used()
         yield from self._peer_usage()
+        yield from self._fairness()
         oldest = GaugeMetricFamily("rgd_usage_map_oldest_report_age_seconds",
                                    "Age of the oldest report in the usage map")
         oldest.add_metric([], d.usage_map.oldest_report_age(d.clock()))
@@ -131,48 +136,89 @@ class LimiterCollector(Collector):
             ("rgd_throttled_bytes", "Bytes denied", "total_throttled_bytes"),
         ):
             states = list(self.daemon.limiter.states.items())
-            yield from in_parts(partial(CounterMetricFamily, name, help_text, labels=["group", "kind"]),
-                                (([group, kind], getattr(st, field)) for (group, kind), st in states))
+            yield from in_parts(partial(CounterMetricFamily, name, help_text, labels=["group", "kind", REMOTE]),
+                                (([group, kind, remote], getattr(st, field)) for (budget, kind), st in states
+                                 for group, remote in [split_budget(budget)]))
 
     def _events(self) -> Iterator[Metric]:
         states = list(self.daemon.limiter.states.items())
         yield from in_parts(
             lambda: CounterMetricFamily("rgd_throttled_events", "Denied requests by the limit that denied them",
-                                        labels=["group", "kind", "reason"]),
-            (([group, kind, reason], n) for (group, kind), st in states
+                                        labels=["group", "kind", "reason", REMOTE]),
+            (([group, kind, reason, remote], n) for (budget, kind), st in states
+             for group, remote in [split_budget(budget)]
              for reason, n in list((st.throttled_events or {}).items())))
+
+    def _shadow(self) -> Iterator[Metric]:
+        """Shadow mode: asks that would have been throttled (and were admitted), by reason, and
+        their volume (docs/operating/shadow-mode.md)."""
+        states = [(key, st) for key, st in list(self.daemon.limiter.states.items()) if st.shadow_events]
+        yield from in_parts(
+            lambda: CounterMetricFamily("rgd_shadow_throttled_events",
+                                        "Requests shadow mode let through that enforcing would have denied, "
+                                        "by the limit that would have denied them",
+                                        labels=["group", "kind", "reason", REMOTE]),
+            (([group, kind, reason, remote], n) for (budget, kind), st in states
+             for group, remote in [split_budget(budget)]
+             for reason, n in list((st.shadow_events or {}).items())))
+        for name, help_text, field in (
+            ("rgd_shadow_throttled_messages", "Messages shadow mode admitted that enforcing would have denied",
+             "total_shadow_throttled_messages"),
+            ("rgd_shadow_throttled_bytes", "Bytes shadow mode admitted that enforcing would have denied",
+             "total_shadow_throttled_bytes"),
+        ):
+            yield from in_parts(partial(CounterMetricFamily, name, help_text, labels=["group", "kind", REMOTE]),
+                                (([group, kind, remote], getattr(st, field)) for (budget, kind), st in states
+                                 for group, remote in [split_budget(budget)]))
 
     def _limits(self) -> Iterator[Metric]:
         states = list(self.daemon.limiter.states.items())
         yield from in_parts(
             lambda: GaugeMetricFamily("rgd_local_limit", "Local limit in force per second (-1 = unlimited)",
-                                      labels=["group", "kind", "unit"]),
-            (([group, kind, unit], _finite(bucket.rate)) for (group, kind), st in states
+                                      labels=["group", "kind", "unit", REMOTE]),
+            (([group, kind, unit, remote], _finite(bucket.rate)) for (budget, kind), st in states
+             for group, remote in [split_budget(budget)]
              for unit, bucket in (("messages", st.messages), ("bytes", st.bytes))))
 
     def _quotas(self) -> Iterator[Metric]:
-        groups = self.daemon.config.effective.groups
+        budgets = self.daemon.config.effective.budget_map()
         keys = list(self.daemon.limiter.states)
 
         def samples() -> Iterator[tuple[list[str], float]]:
-            for group, kind in keys:
-                g = groups.get(group)
+            for budget, kind in keys:
+                g = budgets.get(budget)
                 if g is not None:
+                    group, remote = split_budget(budget)
                     qm, qb = g.rates(kind)
-                    yield [group, kind, "messages"], qm
-                    yield [group, kind, "bytes"], qb
+                    yield [group, kind, "messages", remote], qm
+                    yield [group, kind, "bytes", remote], qb
 
         yield from in_parts(
             lambda: GaugeMetricFamily("rgd_quota", "Cluster-wide quota per second (-1 = unlimited)",
-                                      labels=["group", "kind", "unit"]), samples())
+                                      labels=["group", "kind", "unit", REMOTE]), samples())
 
     def _used(self) -> Iterator[Metric]:
         rates = list(self.daemon.last_local_rates.items())
         yield from in_parts(
             lambda: GaugeMetricFamily("rgd_used_rate", "This daemon's admitted rate in the last tick",
-                                      labels=["group", "kind", "unit"]),
-            (([group, kind, unit], r) for (group, kind), pair in rates
+                                      labels=["group", "kind", "unit", REMOTE]),
+            (([group, kind, unit, remote], r) for (budget, kind), pair in rates
+             for group, remote in [split_budget(budget)]
              for unit, r in (("messages", pair[0]), ("bytes", pair[1]))))
+
+    def _fairness(self) -> Iterator[Metric]:
+        """The live fairness gauges (rgd.api.fairness_gauges), as the last tick computed them."""
+        figures = list(self.daemon.fairness.items())
+        for name, help_text, index in (
+            ("rgd_group_fairness_jain", "Jain's index of admitted over the max-min fair share of demand "
+                                        "(1 = every daemon has the same fraction of its fair share)", 0),
+            ("rgd_group_fair_share_error", "Largest deviation of a daemon's admitted rate from its max-min fair "
+                                           "share, as a fraction of the quota", 1),
+            ("rgd_group_quota_utilization", "Admitted rate of all daemons as a fraction of the quota", 2),
+        ):
+            yield from in_parts(partial(GaugeMetricFamily, name, help_text, labels=["group", "kind", "unit", REMOTE]),
+                                (([group, kind, unit, remote], f[index]) for (budget, kind, unit), f in figures
+                                 for group, remote in [split_budget(budget)]))
 
     def _peer_usage(self) -> Iterator[Metric]:
         # Every (group, daemon, kind) of the map is 150 000 series at PIP-82's scale (5 000
@@ -183,7 +229,8 @@ class LimiterCollector(Collector):
 
         def samples() -> Iterator[tuple[list[str], float]]:
             nonlocal emitted, dropped
-            for group, entries in list(self.daemon.usage_map.groups.items()):
+            for budget, entries in list(self.daemon.usage_map.groups.items()):
+                group, remote = split_budget(budget)
                 for daemon_id, entry in list(entries.items()):
                     for kind in KINDS:
                         k = entry.usage.kind(kind)
@@ -192,12 +239,12 @@ class LimiterCollector(Collector):
                         if emitted >= MAX_PEER_SERIES:
                             dropped += 2
                             continue
-                        yield [group, daemon_id, kind, "messages"], k.admitted_messages
-                        yield [group, daemon_id, kind, "bytes"], k.admitted_bytes
+                        yield [group, daemon_id, kind, "messages", remote], k.admitted_messages
+                        yield [group, daemon_id, kind, "bytes", remote], k.admitted_bytes
                         emitted += 2
 
         yield from in_parts(lambda: GaugeMetricFamily("rgd_peer_usage_rate", "Admitted rate each daemon last reported",
-                                                      labels=["group", "daemon", "kind", "unit"]), samples())
+                                                      labels=["group", "daemon", "kind", "unit", REMOTE]), samples())
         peer_dropped = GaugeMetricFamily("rgd_peer_usage_series_dropped",
                                          f"rgd_peer_usage_rate samples left out beyond {MAX_PEER_SERIES}")
         peer_dropped.add_metric([], dropped)
@@ -290,5 +337,5 @@ class Metrics:
         return exposition_chunks(self.registry)
 
 
-__all__ = ["MAX_PEER_SERIES", "SAMPLES_PER_PART", "LimiterCollector", "Metrics", "exposition_chunks",
+__all__ = ["MAX_PEER_SERIES", "REMOTE", "SAMPLES_PER_PART", "LimiterCollector", "Metrics", "exposition_chunks",
            "http_connection_families", "in_parts"]

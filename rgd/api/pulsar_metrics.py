@@ -3,8 +3,10 @@
 Opt-in (`--pulsar-metrics`): the same figures rgd exports as `rgd_*`, under the
 names and labels Pulsar's broker registers in ResourceGroupService and
 ResourceGroup (`pulsar_resource_group_*`, labels `ResourceGroup`,
-`MonitoringClass`, and `RemoteBroker`/`RemoteBrokerName` for peers). The
-monitoring classes are Pulsar's enum names: Publish, Dispatch,
+`MonitoringClass`, and `RemoteBroker`/`RemoteBrokerName` for peers' usage:
+Pulsar's ResourceGroup fills `RemoteBrokerName` with the remote cluster of a
+per-remote-cluster replication entry, "" for everything else, and so does rgd).
+The monitoring classes are Pulsar's enum names: Publish, Dispatch,
 ReplicationDispatch.
 
 Pulsar's counters grow once per aggregation period by that period's amount
@@ -26,7 +28,7 @@ from prometheus_client import Summary
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from rgd.config.groups import KINDS
+from rgd.config.groups import KINDS, split_budget
 
 if TYPE_CHECKING:
     from rgd.api.daemon_view import ObservedState
@@ -90,7 +92,7 @@ class PulsarMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         d = self.daemon
         rg_mc = ["ResourceGroup", "MonitoringClass"]
-        remote = ["ResourceGroup", "MonitoringClass", "RemoteBroker", "RemoteBrokerName"]
+        remote_labels = ["ResourceGroup", "MonitoringClass", "RemoteBroker", "RemoteBrokerName"]
         quota_b = CounterMetricFamily("pulsar_resource_group_calculated_bytes_quota",
                                       "Bytes quota calculated for resource group", labels=rg_mc)
         quota_m = CounterMetricFamily("pulsar_resource_group_calculated_messages_quota",
@@ -109,35 +111,50 @@ class PulsarMetrics(Collector):
                                        labels=rg_mc)
         remote_b = CounterMetricFamily("pulsar_resource_group_remote_usage_bytes_used",
                                        "Bytes used reported about this <RG, monitoring class> from a remote broker",
-                                       labels=remote)
+                                       labels=remote_labels)
         remote_m = CounterMetricFamily("pulsar_resource_group_remote_usage_messages_used",
                                        "Messages used reported about this <RG, monitoring class> from a remote broker",
-                                       labels=remote)
+                                       labels=remote_labels)
         remote_bg = GaugeMetricFamily("pulsar_resource_group_remote_usage_bytes_used_gauge",
                                       "Bytes used reported about this <RG, monitoring class> from a remote broker",
-                                      labels=remote)
+                                      labels=remote_labels)
         remote_mg = GaugeMetricFamily("pulsar_resource_group_remote_usage_messages_used_gauge",
                                       "Messages used reported about this <RG, monitoring class> from a remote broker",
-                                      labels=remote)
-        for (group, kind), st in list(d.limiter.states.items()):
+                                      labels=remote_labels)
+        # Pulsar's local families have no remote cluster: a group's replication to every remote
+        # cluster is one (ResourceGroup, ReplicationDispatch) series, its budgets summed.
+        local: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0, 0.0])
+        for (budget, kind), st in list(d.limiter.states.items()):
+            row = local[(split_budget(budget)[0], kind)]
+            row[0] += st.total_admitted_bytes
+            row[1] += st.total_admitted_messages
+            row[2] += self.quota_bytes.get((budget, kind), 0.0)
+            row[3] += self.quota_messages.get((budget, kind), 0.0)
+            row[4] = max(row[4], self.reported.get((budget, kind), 0))
+        for (group, kind), (ub, um, qb, qm, rep) in local.items():
             labels = [group, MONITORING_CLASS[kind]]
-            used_b.add_metric(labels, st.total_admitted_bytes)
-            used_m.add_metric(labels, st.total_admitted_messages)
-            quota_b.add_metric(labels, self.quota_bytes.get((group, kind), 0.0))
-            quota_m.add_metric(labels, self.quota_messages.get((group, kind), 0.0))
-            reported.add_metric(labels, self.reported.get((group, kind), 0))
-        for (group, kind, peer), value in list(self.remote_bytes.items()):
-            remote_b.add_metric([group, MONITORING_CLASS[kind], peer, peer], value)
-            remote_m.add_metric([group, MONITORING_CLASS[kind], peer, peer], self.remote_messages[(group, kind, peer)])
+            used_b.add_metric(labels, ub)
+            used_m.add_metric(labels, um)
+            quota_b.add_metric(labels, qb)
+            quota_m.add_metric(labels, qm)
+            reported.add_metric(labels, rep)
+        # The remote families carry the remote cluster where Pulsar does: in RemoteBrokerName
+        # (Pulsar fills it with the monitoring key's remote cluster, "" for none).
+        for (budget, kind, peer), value in list(self.remote_bytes.items()):
+            group, remote = split_budget(budget)
+            remote_b.add_metric([group, MONITORING_CLASS[kind], peer, remote], value)
+            remote_m.add_metric([group, MONITORING_CLASS[kind], peer, remote],
+                                self.remote_messages[(budget, kind, peer)])
         me, tick_s = d.settings.id, d.settings.tick
-        for group, entries in list(d.usage_map.groups.items()):
+        for budget, entries in list(d.usage_map.groups.items()):
+            group, remote = split_budget(budget)
             for peer, entry in list(entries.items()):
                 if peer == me:
                     continue
                 for kind, monitoring_class in MONITORING_CLASS.items():
                     k = entry.usage.kind(kind)
-                    remote_bg.add_metric([group, monitoring_class, peer, peer], k.admitted_bytes * tick_s)
-                    remote_mg.add_metric([group, monitoring_class, peer, peer], k.admitted_messages * tick_s)
+                    remote_bg.add_metric([group, monitoring_class, peer, remote], k.admitted_bytes * tick_s)
+                    remote_mg.add_metric([group, monitoring_class, peer, remote], k.admitted_messages * tick_s)
         yield from (quota_b, quota_m, used_b, used_m, reported, remote_b, remote_m, remote_bg, remote_mg)
 
 

@@ -17,7 +17,7 @@ import msgspec
 import orjson
 
 from rgd.api.errors import bad_request
-from rgd.config.groups import KINDS
+from rgd.config.groups import KINDS, is_name
 from rgd.config.json_kinds import json_type, shown
 
 MAX_BATCH = 1000
@@ -35,6 +35,8 @@ class Ask(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     messages: Annotated[int, msgspec.Meta(ge=0, le=MAX_MESSAGES)] = 1
     nbytes: Annotated[int, msgspec.Meta(ge=0, le=MAX_BYTES)] = msgspec.field(default=0, name="bytes")
     topic: Annotated[str, msgspec.Meta(max_length=MAX_TOPIC)] | None = None
+    # kind replication only: the cluster replicated to (its replicatorDispatchRate entry)
+    remote_cluster: Annotated[str, msgspec.Meta(max_length=MAX_NAME)] | None = None
 
 
 ITEM_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(Ask))  # JSON names: "bytes"
@@ -56,16 +58,22 @@ def namespace_ok(ns: str) -> bool:
     return ns.count("/") == 1 and ns[0] != "/" and ns[-1] != "/"
 
 
+def remote_cluster_ok(ask: Ask) -> bool:
+    """`remote_cluster` is for kind replication, and a cluster name (Pulsar's name rule)."""
+    return ask.kind == "replication" and ask.remote_cluster is not None and is_name(ask.remote_cluster)
+
+
 def decode_well_formed(body: bytes) -> tuple[list[Ask], bool] | None:
     """msgspec's pass: (asks, is_batch) for a well-formed body, else None."""
     try:
         ask = _decode_ask(body)
-        if namespace_ok(ask.namespace):
+        if namespace_ok(ask.namespace) and (ask.remote_cluster is None or remote_cluster_ok(ask)):
             return [ask], False
     except _Refused:  # a batch, or a body the full parser must word the error for
         try:
             asks = _decode_batch(body).requests
-            if all(map(namespace_ok, set(map(_namespace_of, asks)))):  # each distinct namespace once
+            if (all(map(namespace_ok, set(map(_namespace_of, asks))))  # each distinct namespace once
+                    and all(remote_cluster_ok(a) for a in asks if a.remote_cluster is not None)):
                 return asks, True
         except _Refused:
             pass
@@ -115,12 +123,20 @@ def parse_ask(doc: Any, where: str = "") -> Ask:
     topic = doc.get("topic")
     if topic is not None and (type(topic) is not str or len(topic) > MAX_TOPIC):
         raise bad_request(f"{where}topic: expected a topic name of at most {MAX_TOPIC} characters, got {shown(topic)}")
+    remote = doc.get("remote_cluster")
+    if remote is not None:
+        if kind != "replication":
+            raise bad_request(f"{where}remote_cluster: only for kind replication (this ask is {kind})")
+        if type(remote) is not str or len(remote) > MAX_NAME or not is_name(remote):
+            raise bad_request(f"{where}remote_cluster: expected a cluster name (ASCII letters, digits and "
+                              f"_ - = : .), got {shown(remote)}")
     return Ask(
         ns,
         kind,
         _count(doc, "messages", where, MAX_MESSAGES, 1),
         _count(doc, "bytes", where, MAX_BYTES, 0),
         topic,
+        remote,
     )
 
 

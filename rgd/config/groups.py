@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rgd.config.json_kinds import shown
 
@@ -29,9 +29,19 @@ KIND_FIELDS: dict[str, tuple[str, str]] = {
     "replication": ("replicationDispatchRateInMsgs", "replicationDispatchRateInBytes"),
 }
 RATE_FIELDS = tuple(f for kind in KINDS for f in KIND_FIELDS[kind])
+# Beside the rates: Pulsar's per-remote-cluster replication map (see ReplicatorRate) and rgd's
+# shadow mode (decide and count, never deny: docs/operating/shadow-mode.md).
+REPLICATOR_FIELD = "replicatorDispatchRate"
+SHADOW_FIELD = "shadowMode"
 # Every field a ResourceGroup's admin body may carry: the one list unknown fields are found
 # and near misses suggested from (a field Pulsar's ResourceGroup gains is added here).
-ADMIN_BODY_FIELDS: tuple[str, ...] = RATE_FIELDS
+ADMIN_BODY_FIELDS: tuple[str, ...] = (*RATE_FIELDS, REPLICATOR_FIELD, SHADOW_FIELD)
+# Pulsar's DispatchRate fields, as the map's values carry them (messages/s, bytes/s; the
+# other two are accepted and ignored, as Pulsar's resource groups ignore them).
+DISPATCH_RATE_MSGS = "dispatchThrottlingRateInMsg"
+DISPATCH_RATE_BYTES = "dispatchThrottlingRateInByte"
+DISPATCH_RATE_FIELDS = (DISPATCH_RATE_MSGS, DISPATCH_RATE_BYTES, "ratePeriodInSecond", "relativeToPublishRate")
+MAX_REPLICATOR_ENTRIES = 1000
 UNLIMITED = -1.0
 # A rate above this is a typo, not a limit (about 1e15 msg/s or bytes/s).
 MAX_RATE = 1e15
@@ -45,6 +55,11 @@ TOPIC_DOMAINS = ("persistent", "non-persistent")
 
 class InvalidGroup(ValueError):
     """A group, attachment or name that does not validate; the message names the field."""
+
+
+def is_name(value: str) -> bool:
+    """Pulsar's name rule (see check_name), as a test."""
+    return _NAME_RE.fullmatch(value) is not None
 
 
 def check_name(what: str, value: Any) -> str:
@@ -100,6 +115,23 @@ def check_rate(field_name: str, value: Any) -> float:
     return rate
 
 
+def replicator_key(local_cluster: str, remote_cluster: str) -> str:
+    """The key of Pulsar's `replicatorDispatchRate` map for replication from `local_cluster`
+    to `remote_cluster`: DispatchRateLimiter.getReplicatorDispatchRateKey's format. The map
+    lives in a config shared by every cluster (Pulsar's global configuration store), which
+    is why the key names the local cluster too: an entry for another local cluster is kept
+    and does not apply here."""
+    return f"{local_cluster}->{remote_cluster}"
+
+
+class ReplicatorRate(NamedTuple):
+    """One entry of `replicatorDispatchRate`: the per-second rates for one local->remote key."""
+
+    key: str
+    messages: float
+    nbytes: float
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceGroup:
     """One group's configured cluster-wide quota, per second."""
@@ -111,6 +143,10 @@ class ResourceGroup:
     dispatch_bytes: float = UNLIMITED
     replication_msgs: float = UNLIMITED
     replication_bytes: float = UNLIMITED
+    # Per remote cluster replication rates (sorted by key); a remote cluster without an entry
+    # replicates under the replication rates above, shared, as in Pulsar.
+    replicator_rates: tuple[ReplicatorRate, ...] = ()
+    shadow_mode: bool = False  # decide and count, but never deny
 
     def rates(self, kind: str) -> tuple[float, float]:
         """(messages/s, bytes/s) of one of KINDS; -1 = unlimited."""
@@ -121,12 +157,23 @@ class ResourceGroup:
         return self.replication_msgs, self.replication_bytes
 
     def to_admin(self) -> dict[str, Any]:
-        """Pulsar admin v2 JSON shape (every field; -1 = unlimited)."""
-        return {
+        """Pulsar admin v2 JSON shape (every rate field; -1 = unlimited), `replicatorDispatchRate`
+        as Pulsar's map of DispatchRate objects when it has entries (a Java client reads an absent
+        map as the empty one it starts with), and `shadowMode` only when on (rgd's own)."""
+        doc: dict[str, Any] = {
             field_name: _admin_number(rate)
             for kind in KINDS
             for field_name, rate in zip(KIND_FIELDS[kind], self.rates(kind))
         }
+        if self.replicator_rates:
+            doc[REPLICATOR_FIELD] = {
+                r.key: {DISPATCH_RATE_MSGS: _admin_number(r.messages), DISPATCH_RATE_BYTES: _admin_number(r.nbytes),
+                        "ratePeriodInSecond": 1, "relativeToPublishRate": False}
+                for r in self.replicator_rates
+            }
+        if self.shadow_mode:
+            doc[SHADOW_FIELD] = True
+        return doc
 
     @classmethod
     def from_admin(
@@ -155,7 +202,44 @@ class ResourceGroup:
             else float(current.get(f, UNLIMITED))
             for f in RATE_FIELDS
         ]
-        return cls(name, *values)
+        replicators = (check_replicator_rates(f"{prefix}{REPLICATOR_FIELD}", body[REPLICATOR_FIELD])
+                       if body.get(REPLICATOR_FIELD) is not None else (base.replicator_rates if base else ()))
+        shadow = body.get(SHADOW_FIELD)
+        if shadow is not None and not isinstance(shadow, bool):
+            raise InvalidGroup(f"{prefix}{SHADOW_FIELD}: expected true or false, got {shown(shadow)}")
+        shadow_mode = shadow if shadow is not None else (base.shadow_mode if base else False)
+        pm, pb, dm, db, rm, rb = values
+        return cls(name, pm, pb, dm, db, rm, rb, replicator_rates=replicators, shadow_mode=shadow_mode)
+
+
+def check_replicator_rates(where: str, value: Any) -> tuple[ReplicatorRate, ...]:
+    """Pulsar's `replicatorDispatchRate`: {"LOCAL->REMOTE": DispatchRate}. Keys are kept as
+    given (an entry for another local cluster is legitimate and unused here); values carry
+    Pulsar's DispatchRate fields, a missing rate being -1 (unlimited) as in Pulsar."""
+    if not isinstance(value, Mapping):
+        raise InvalidGroup(f"{where}: expected an object of 'local->remote' cluster keys -> DispatchRate")
+    if len(value) > MAX_REPLICATOR_ENTRIES:
+        raise InvalidGroup(f"{where}: {len(value)} entries, at most {MAX_REPLICATOR_ENTRIES}")
+    out = []
+    for key, rate in value.items():
+        if not isinstance(key, str) or not key or len(key) > 512:
+            raise InvalidGroup(f"{where}: {shown(key)} is not a key (expected 'local->remote' cluster names)")
+        at = f"{where}.{key}"
+        if not isinstance(rate, Mapping):
+            raise InvalidGroup(f"{at}: expected a DispatchRate object with {', '.join(DISPATCH_RATE_FIELDS)}")
+        unknown = sorted(str(k) for k in rate if k not in DISPATCH_RATE_FIELDS)
+        if unknown:
+            raise InvalidGroup(f"{at}.{unknown[0]}: unknown field (expected one of {', '.join(DISPATCH_RATE_FIELDS)})")
+        msgs, nbytes = (check_rate(f"{at}.{f}", rate[f]) if rate.get(f) is not None else UNLIMITED
+                        for f in (DISPATCH_RATE_MSGS, DISPATCH_RATE_BYTES))
+        period = rate.get("ratePeriodInSecond")
+        if period is not None and (isinstance(period, bool) or not isinstance(period, int) or period < 1):
+            raise InvalidGroup(f"{at}.ratePeriodInSecond: expected a whole number of seconds >= 1, got {shown(period)}")
+        relative = rate.get("relativeToPublishRate")
+        if relative is not None and not isinstance(relative, bool):
+            raise InvalidGroup(f"{at}.relativeToPublishRate: expected true or false, got {shown(relative)}")
+        out.append(ReplicatorRate(key, msgs, nbytes))
+    return tuple(sorted(out))
 
 
 def unknown_fields(body: Mapping[Any, Any]) -> list[str]:
@@ -171,6 +255,45 @@ def nearest_field(name: str) -> str | None:
     return by_folded[close[0]] if close else None
 
 
+# A (group, remote cluster) replication budget the cluster shares like a group of its own:
+# named GROUP@REMOTE. '@' is outside Pulsar's name rule (check_name), which every group,
+# tenant, namespace and cluster name passes, so a budget's name is never a group's and splits
+# back unambiguously. Only metrics' and stats' internals see it: they show group and
+# remote_cluster apart (split_budget).
+BUDGET_SEP = "@"
+
+
+def budget_name(group: str, remote_cluster: str) -> str:
+    return f"{group}{BUDGET_SEP}{remote_cluster}"
+
+
+def split_budget(name: str) -> tuple[str, str]:
+    """(group, remote cluster) of a budget name; a group's own name gives (name, "")."""
+    group, _, remote = name.partition(BUDGET_SEP)
+    return group, remote
+
+
+def replication_budgets(groups: Mapping[str, ResourceGroup], local_cluster: str) -> dict[str, ResourceGroup]:
+    """The per-remote-cluster replication budgets of `groups` for this cluster: for each entry
+    keyed `local_cluster->REMOTE`, a budget named budget_name(group, REMOTE) holding that
+    entry's rates as its replication rates (publish and dispatch unlimited: only replication
+    to REMOTE is asked against it), in the group's shadow mode. Entries for other local
+    clusters, or naming a remote that is not a valid cluster name, give none."""
+    prefix = replicator_key(local_cluster, "")
+    out: dict[str, ResourceGroup] = {}
+    for group in groups.values():
+        for r in group.replicator_rates:
+            if not r.key.startswith(prefix):
+                continue
+            remote = r.key[len(prefix):]
+            if not is_name(remote):
+                continue
+            name = budget_name(group.name, remote)
+            out[name] = ResourceGroup(name, replication_msgs=r.messages, replication_bytes=r.nbytes,
+                                      shadow_mode=group.shadow_mode)
+    return out
+
+
 _QUOTA_ATTRS = ("publish_msgs", "publish_bytes", "dispatch_msgs", "dispatch_bytes",
                 "replication_msgs", "replication_bytes")
 
@@ -181,7 +304,9 @@ def higher_quota(a: ResourceGroup, b: ResourceGroup) -> ResourceGroup:
     covers a tick it may have spent under either config."""
     def higher(x: float, y: float) -> float:
         return UNLIMITED if x < 0 or y < 0 else max(x, y)
-    return ResourceGroup(b.name, *(higher(getattr(a, f), getattr(b, f)) for f in _QUOTA_ATTRS))
+    pm, pb, dm, db, rm, rb = (higher(getattr(a, f), getattr(b, f)) for f in _QUOTA_ATTRS)
+    return ResourceGroup(b.name, pm, pb, dm, db, rm, rb, replicator_rates=b.replicator_rates,
+                         shadow_mode=b.shadow_mode)
 
 
 class QuotaCeilings(Mapping[str, ResourceGroup]):
@@ -226,6 +351,26 @@ class GroupRegistry:
     tenants: dict[str, str] = field(default_factory=dict)  # tenant -> group
     topics: dict[str, str] = field(default_factory=dict)  # "persistent://t/ns/topic" -> group
     _cache: dict[str, ResourceGroup | None] = field(default_factory=dict, repr=False)
+    # The groups plus their per-remote-cluster replication budgets (replication_budgets), as
+    # set by with_budgets; None: there are none, the budgets are the groups.
+    budgets: dict[str, ResourceGroup] | None = field(default=None, repr=False)
+
+    def budget_map(self) -> dict[str, ResourceGroup]:
+        """Everything the cluster shares a quota of: the groups and the replication budgets."""
+        return self.groups if self.budgets is None else self.budgets
+
+    def with_budgets(self, local_cluster: str) -> None:
+        """Derive the replication budgets of this cluster from the groups (after any change)."""
+        derived = replication_budgets(self.groups, local_cluster)
+        self.budgets = {**self.groups, **derived} if derived else None
+
+    def replication_budget(self, group: ResourceGroup, remote_cluster: str) -> ResourceGroup:
+        """What a replication ask to `remote_cluster` is limited by: the group's entry for that
+        cluster, else (Pulsar's fallback) the group's own replication rates, shared by every
+        remote cluster without an entry."""
+        if self.budgets is None:
+            return group
+        return self.budgets.get(budget_name(group.name, remote_cluster), group)
 
     def resolve(self, namespace: str, topic: str | None = None) -> ResourceGroup | None:
         """The group that limits a request: its topic's attachment (a partition's is its
@@ -306,8 +451,11 @@ def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegis
 
 
 __all__ = [
-    "ADMIN_BODY_FIELDS", "ATTACHMENT_SECTIONS", "KINDS", "KIND_FIELDS", "MAX_RATE", "RATE_FIELDS", "TOPIC_DOMAINS",
-    "UNLIMITED", "GroupRegistry", "InvalidGroup", "QuotaCeilings", "ResourceGroup", "base_topic", "check_name",
-    "check_namespace", "check_rate", "check_topic", "higher_quota", "nearest_field", "registry_from_mapping",
+    "ADMIN_BODY_FIELDS", "ATTACHMENT_SECTIONS", "BUDGET_SEP", "DISPATCH_RATE_BYTES", "DISPATCH_RATE_FIELDS",
+    "DISPATCH_RATE_MSGS", "KINDS", "KIND_FIELDS", "MAX_RATE", "MAX_REPLICATOR_ENTRIES", "RATE_FIELDS",
+    "REPLICATOR_FIELD", "SHADOW_FIELD", "TOPIC_DOMAINS", "UNLIMITED",
+    "GroupRegistry", "InvalidGroup", "QuotaCeilings", "ReplicatorRate", "ResourceGroup", "base_topic", "budget_name",
+    "check_name", "check_namespace", "check_rate", "check_replicator_rates", "check_topic", "higher_quota",
+    "is_name", "nearest_field", "registry_from_mapping", "replication_budgets", "replicator_key", "split_budget",
     "unknown_fields",
 ]

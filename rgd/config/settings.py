@@ -119,6 +119,8 @@ class Settings:
     http_max_connections: int = 4096  # lowered to the fd limit minus a reserve at start
     cluster_process: bool = False  # brokers' asks in this process, the cluster work in a second one
     cluster_thread: bool = False  # brokers' asks on the main thread's loop, the cluster work on a second thread's
+    shadow: bool = False  # shadow mode for every group: decide and count, never deny
+    cluster_name: str = "standalone"  # this Pulsar cluster's name: the local half of replicatorDispatchRate keys
 
     @property
     def listen_addresses(self) -> list[ListenAddress]:
@@ -172,6 +174,10 @@ HELP: dict[str, str] = {
     "cluster_thread": "as cluster_process, but the cluster work runs in a second thread of this process (one "
                       "interpreter: less memory; asks wait for the GIL, switched every 1 ms, and for garbage "
                       "collections)",
+    "shadow": "shadow mode for every group: every decision is made and counted, brokers are always told "
+              "allowed (the real decision beside it, under \"shadow\"); per group: shadowMode: true",
+    "cluster_name": "this Pulsar cluster's name (Pulsar's clusterName): replicatorDispatchRate entries keyed "
+                    "'CLUSTER_NAME->REMOTE' apply here",
 }
 
 
@@ -205,10 +211,11 @@ SETTING_GROUPS: tuple[SettingGroup, ...] = (
     SettingGroup("network", "where brokers reach the daemon over HTTP, and how long connections may idle",
                  ("listen", "http_idle_timeout", "http_max_connections")),
     SettingGroup("cluster", "who this daemon is and how the daemons agree on shares",
-                 ("id", "tick", "strategy", "ttl_ticks", "report_tolerance", "report_every")),
+                 ("id", "cluster_name", "tick", "strategy", "ttl_ticks", "report_tolerance", "report_every")),
     SettingGroup("pulsar", "the broker and topics the usage reports travel on",
                  ("pulsar_url", "data_dir", "topic", "config_topic", "report_compression", "outage_grace")),
-    SettingGroup("limits", "the local token buckets brokers' asks are decided by", ("burst", "max_debt")),
+    SettingGroup("limits", "the local token buckets brokers' asks are decided by, and whether a denial is enforced",
+                 ("burst", "max_debt", "shadow")),
     SettingGroup("usage log", "the record of every report, its segments and archive",
                  ("log_dir", "log_segment_bytes", "log_segment_age", "log_retention", "archive_uri",
                   "log_receipt_payloads")),
@@ -326,6 +333,10 @@ def validate(s: Settings, source: str = "settings") -> Settings:
     if s.cluster_process and s.cluster_thread:
         fail("cluster_thread", "cluster_process is set too: the cluster work runs in a process or in a thread, "
                                "not both")
+    from rgd.config.groups import is_name
+
+    if not is_name(s.cluster_name):
+        fail("cluster_name", f"{s.cluster_name!r} is not a valid cluster name (ASCII letters, digits and _ - = : .)")
     if s.strategy not in STRATEGY_NAMES:
         fail("strategy", f"{s.strategy!r} is not one of {', '.join(sorted(STRATEGY_NAMES))}")
     return s

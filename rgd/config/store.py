@@ -85,6 +85,9 @@ class ConfigStore:
     overlay: dict[str, ConfigChange] = field(default_factory=dict)
     effective: GroupRegistry = field(default_factory=GroupRegistry)
     generation: int = 0  # bumps on every effective change; the limiter/daemon compare it
+    # This daemon's Pulsar cluster name: which `replicatorDispatchRate` entries apply here
+    # (GroupRegistry.with_budgets). Pulsar's standalone cluster is named "standalone".
+    local_cluster: str = "standalone"
 
     def __post_init__(self) -> None:
         self._rebuild()
@@ -119,6 +122,7 @@ class ConfigStore:
                     table[name] = change.value
         # Attachments to a group that no longer exists resolve to "unlimited" rather than
         # failing: config changes arrive one key at a time and may be briefly inconsistent.
+        reg.with_budgets(self.local_cluster)
         self.effective = reg
         self.generation += 1
 

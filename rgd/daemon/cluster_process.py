@@ -110,7 +110,7 @@ class ClusterLink:
             while True:
                 message = await self.link.receive()
                 if message[0] == "counts":
-                    self.mirror.absorb(message[1], self.daemon.config.effective.groups)
+                    self.mirror.absorb(message[1], self.daemon.config.effective.budget_map())
                 elif message[0] == "stop":
                     break
                 else:

@@ -63,6 +63,10 @@ class KindCounts(NamedTuple):
     throttled_events: dict[str, int] | None
     namespaces: tuple[str, ...] | None
     topics: tuple[str, ...] | None
+    # shadow mode: admitted asks enforcement would have denied (in admitted_* too), by reason
+    shadow_messages: int
+    shadow_bytes: int
+    shadow_events: dict[str, int] | None
 
 
 # Operations the cluster process sends the serving one, in order:
@@ -87,6 +91,7 @@ class ServingLimiter(Limiter):
         self.initial_fraction = 0.0
         self._touched: set[tuple[str, str]] = set()
         self._sent_throttled: dict[tuple[str, str], dict[str, int]] = {}
+        self._sent_shadow: dict[tuple[str, str], dict[str, int]] = {}  # the same, of shadow_events
 
     def _provisional(self, group: ResourceGroup, kind: str) -> tuple[float, float]:
         msgs, nbytes = full_quota(group, kind)
@@ -134,18 +139,18 @@ class ServingLimiter(Limiter):
             events = tick.events
             tick.admitted_messages = tick.admitted_bytes = tick.throttled_messages = tick.throttled_bytes = 0
             tick.events = 0
+            shadowed = (tick.shadow_throttled_messages, tick.shadow_throttled_bytes)
+            tick.shadow_throttled_messages = tick.shadow_throttled_bytes = 0
             namespaces = tuple(st.namespaces) if st.namespaces else None
             if namespaces:
                 st.namespaces.clear()
             topics = tuple(st.topics) if st.topics else None
             if topics:
                 st.topics = None
-            denied = None
-            if st.throttled_events:
-                sent = self._sent_throttled.setdefault(key, {})
-                denied = {r: n - sent.get(r, 0) for r, n in st.throttled_events.items() if n != sent.get(r, 0)}
-                sent.update(st.throttled_events)
-            append((key[0], key[1], *counted, events, denied or None, namespaces, topics))  # type: ignore[arg-type]
+            denied = _since_sent(self._sent_throttled, key, st.throttled_events)
+            shadow_denied = _since_sent(self._sent_shadow, key, st.shadow_events)
+            append((key[0], key[1], *counted, events, denied, namespaces, topics,  # type: ignore[arg-type]
+                    *shadowed, shadow_denied))
         return out
 
     @property
@@ -157,6 +162,7 @@ class ServingLimiter(Limiter):
         super().forget(group_name)
         for kind in KINDS:
             self._sent_throttled.pop((group_name, kind), None)
+            self._sent_shadow.pop((group_name, kind), None)
 
     def apply(self, ops: Iterable[Op], groups: Mapping[str, ResourceGroup]) -> None:
         """The cluster process's operations, in order; a group this process does not know
@@ -246,7 +252,8 @@ class MirrorLimiter(Limiter):
     def absorb(self, counts: Iterable[KindCounts], groups: Mapping[str, ResourceGroup]) -> None:
         """Fold the serving process's counts in, as if its asks had been made here; counts
         of a group no longer configured are dropped, as its buckets are."""
-        for name, kind, adm_m, adm_b, thr_m, thr_b, events, denied, namespaces, topics in counts:
+        for (name, kind, adm_m, adm_b, thr_m, thr_b, events, denied, namespaces, topics,
+             shadow_m, shadow_b, shadow_denied) in counts:
             group = groups.get(name)
             if group is None:
                 continue
@@ -265,14 +272,38 @@ class MirrorLimiter(Limiter):
             st.total_throttled_bytes += thr_b
             st.total_events += events
             if denied:
-                if st.throttled_events is None:
-                    st.throttled_events = {}
-                for reason, n in denied.items():
-                    st.throttled_events[reason] = st.throttled_events.get(reason, 0) + n
+                st.throttled_events = _added(st.throttled_events, denied)
+            if shadow_m or shadow_b or shadow_denied:
+                tick.shadow_throttled_messages += shadow_m
+                tick.shadow_throttled_bytes += shadow_b
+                st.total_shadow_throttled_messages += shadow_m
+                st.total_shadow_throttled_bytes += shadow_b
+                if shadow_denied:
+                    st.shadow_events = _added(st.shadow_events, shadow_denied)
             if namespaces:
                 st.namespaces.update(namespaces)
             if topics:
                 add_topics(st, topics)
+
+
+def _since_sent(sent_by_key: dict[tuple[str, str], dict[str, int]], key: tuple[str, str],
+                events: dict[str, int] | None) -> dict[str, int] | None:
+    """A bucket's cumulative events by reason, as the increase since they were last handed
+    over (None: none), recording them as handed over."""
+    if not events:
+        return None
+    sent = sent_by_key.setdefault(key, {})
+    delta = {r: n - sent.get(r, 0) for r, n in events.items() if n != sent.get(r, 0)}
+    sent.update(events)
+    return delta or None
+
+
+def _added(events: dict[str, int] | None, delta: dict[str, int]) -> dict[str, int]:
+    """`events` (made on the first) with `delta` added reason by reason."""
+    out = events if events is not None else {}
+    for reason, n in delta.items():
+        out[reason] = out.get(reason, 0) + n
+    return out
 
 
 class MirrorRate:

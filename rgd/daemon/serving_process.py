@@ -189,7 +189,7 @@ class ServingProcess:
         self.settings = settings
         self.config_doc = config_doc
         self.log_level = log_level
-        store = ConfigStore()
+        store = ConfigStore(local_cluster=settings.cluster_name)
         if config_doc is not None:
             store.set_base(config_doc.registry)
         # The file's groups from the start; the cluster process's (overlay from the config
@@ -198,6 +198,7 @@ class ServingProcess:
         self.limiter = ServingLimiter(time.monotonic, settings.burst, settings.max_debt,
                                       start_seconds=start_seconds_for(settings.strategy),
                                       wall_offset=time.time() - time.monotonic())
+        self.limiter.shadow_all = settings.shadow
         self.listeners = HttpListeners()
         self.figures = ServingFigures(self.listeners, settings.http_max_connections)
         self.failed: str | None = None  # why the cluster process stopped under us
@@ -326,7 +327,7 @@ class ServingProcess:
         what = message[0]
         if what == "ops":
             started = time.perf_counter()
-            self.limiter.apply(message[1], self.config.effective.groups)
+            self.limiter.apply(message[1], self.config.effective.budget_map())
             self.figures.link_seconds["limits"] += time.perf_counter() - started
         elif what == "config":
             self.config.effective = message[1]

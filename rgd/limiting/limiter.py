@@ -164,6 +164,9 @@ class TickCounters:
     throttled_messages: int = 0
     throttled_bytes: int = 0
     events: int = 0  # asks and usage records (what total_events adds up)
+    # Shadow mode: what would have been throttled and was admitted (counted in admitted_* too).
+    shadow_throttled_messages: int = 0
+    shadow_throttled_bytes: int = 0
 
     @property
     def idle(self) -> bool:
@@ -189,6 +192,10 @@ class KindState:
     namespaces: set[str] = field(default_factory=set)
     topics: set[str] | None = None
     place: Place | None = None  # where set_limit last put us among the group's members
+    # Shadow mode (cumulative): asks that would have been throttled, by reason, and their volume.
+    shadow_events: dict[str, int] | None = None
+    total_shadow_throttled_messages: int = 0
+    total_shadow_throttled_bytes: int = 0
 
     @property
     def limit(self) -> tuple[float, float]:
@@ -238,6 +245,11 @@ class Limiter:
         self.counted: set[tuple[str, str]] | None = None
         self.recompute_at = INF  # when limits are next recomputed (caps Retry-After); INF: unknown
         self.limit_changes = 0  # set_limit calls that changed a limit (limits move between ticks too)
+        self.shadow_all = False  # `rgd run --shadow`: every group in shadow mode (see shadows)
+
+    def shadows(self, group: ResourceGroup) -> bool:
+        """Whether asks of `group` are decided and counted but never denied (shadow mode)."""
+        return self.shadow_all or group.shadow_mode
 
     # -- state ---------------------------------------------------------------------------
 
@@ -403,6 +415,12 @@ class Limiter:
             reason = REASON_DEBT if mb.tokens < 0 else REASON_MESSAGES
         else:
             reason = REASON_DEBT if bb.tokens < 0 else REASON_BYTES
+        wait = max(wait_m, wait_b)
+        if now + wait > self.recompute_at:
+            wait = capped_retry(wait, max(0.0, self.recompute_at - now), short_m, short_b, *group.rates(kind))
+        if self.shadow_all or group.shadow_mode:
+            _shadow_admit(st, messages, nbytes, reason)
+            return Decision(False, wait, mb.tokens, bb.tokens, reason)
         tick.throttled_messages += messages
         tick.throttled_bytes += nbytes
         st.total_throttled_messages += messages
@@ -412,9 +430,6 @@ class Limiter:
             st.throttled_events = {reason: 1}
         else:
             denied[reason] = denied.get(reason, 0) + 1
-        wait = max(wait_m, wait_b)
-        if now + wait > self.recompute_at:
-            wait = capped_retry(wait, max(0.0, self.recompute_at - now), short_m, short_b, *group.rates(kind))
         return Decision(False, wait, mb.tokens, bb.tokens, reason)
 
     def acquire_batch(self, group: ResourceGroup, kind: str, asks: Sequence[AskLike], now: float,
@@ -522,6 +537,29 @@ class Limiter:
             st.namespaces = set()
             st.topics = None
         return out
+
+
+def _shadow_admit(st: KindState, messages: int, nbytes: int, reason: str) -> None:
+    """A denial in shadow mode: the broker is told to go ahead, so the ask is admitted usage
+    (counted as admitted: it is in the cluster's shares like any traffic), and counted apart
+    as what would have been throttled, by the reason it would have been. The buckets are left
+    as a denial leaves them: they go on deciding as enforcement would, so what is counted as
+    would-have-been-throttled is what enforcing would have throttled of the same asks (charged
+    with them, a bucket in debt would call every later ask throttled)."""
+    tick = st.tick
+    tick.admitted_messages += messages
+    tick.admitted_bytes += nbytes
+    tick.shadow_throttled_messages += messages
+    tick.shadow_throttled_bytes += nbytes
+    st.total_admitted_messages += messages
+    st.total_admitted_bytes += nbytes
+    st.total_shadow_throttled_messages += messages
+    st.total_shadow_throttled_bytes += nbytes
+    events = st.shadow_events
+    if events is None:
+        st.shadow_events = {reason: 1}
+    else:
+        events[reason] = events.get(reason, 0) + 1
 
 
 def _add_topic(st: KindState, topic: str) -> None:

@@ -508,3 +508,31 @@ def test_every_metric_the_daemon_exposes_is_documented(tmp_path: Path) -> None:
     unknown = sorted(d for d in documented - split_only
                      if d not in series and not any(s.startswith(d) for s in series))
     assert not unknown, f"docs/operating/metrics.md names series the daemon does not expose: {unknown}"
+
+
+# -- the example alert rules -----------------------------------------------------------------
+
+ALERTS = K8S / "monitoring" / "rgd-alerts.yaml"
+
+
+def test_example_alert_rules_are_a_prometheus_rule_on_exposed_metrics(tmp_path: Path) -> None:
+    """k8s/monitoring/rgd-alerts.yaml: prometheus-operator's PrometheusRule shape, every rule
+    complete, and every rgd_* series it queries one a real daemon exposes. It is not in the
+    default kustomization (whose objects validate against Kubernetes' own schemas)."""
+    [rule] = list(yaml.safe_load_all(ALERTS.read_text()))
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert rule["metadata"]["namespace"] == "rgd" and rule["metadata"]["name"]
+    series, _ = _exposed(tmp_path, with_usage_log=False)
+    queried = set()
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert {r["alert"] for r in rules} >= {"RgdGroupSplitUnfair", "RgdGroupFarFromFairShare"}
+    for r in rules:
+        assert set(r) == {"alert", "expr", "for", "labels", "annotations"}, r["alert"]
+        assert re.fullmatch(r"\d+[smh]", r["for"]) and r["labels"]["severity"] and r["annotations"]["summary"]
+        for open_, close in ("()", "{}", "[]"):
+            assert r["expr"].count(open_) == r["expr"].count(close), r["alert"]
+        queried |= set(re.findall(r"\b(rgd_[a-z0-9_]+)", r["expr"]))
+    assert {"rgd_group_fairness_jain", "rgd_group_fair_share_error", "rgd_group_quota_utilization"} <= queried
+    assert queried <= series, sorted(queried - series)
+    # the kustomization that `kubectl apply -k k8s/` renders leaves it out (the CRD may be missing)
+    assert not [o for o in kustomize(K8S) if o["kind"] == "PrometheusRule"]

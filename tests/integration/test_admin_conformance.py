@@ -45,6 +45,8 @@ FULL = {  # new ResourceGroup() with every setter called, as Jackson writes it
     "replicationDispatchRateInMsgs": 400, "replicationDispatchRateInBytes": 2000,
 }
 UNLIMITED = dict.fromkeys(FULL, -1)
+WEST = {"dispatchThrottlingRateInMsg": 1, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1,
+        "relativeToPublishRate": False}
 
 BARE = object()  # marker: the expected body is the bare text that follows
 
@@ -75,8 +77,14 @@ CONVERSATION = [
     _row("updateResourceGroup (a newer client's field: ignored)", "PUT", f"/admin/v2/resourcegroups/{RG}",
          JSON_BODY, json.dumps({"dispatchRateInMsgs": 600, "aFutureField": {"x": 1}}).encode(),
          200),
+    _row("updateResourceGroup (with a replicatorDispatchRate entry)", "PUT", f"/admin/v2/resourcegroups/{RG}",
+         JSON_BODY, json.dumps({"dispatchRateInMsgs": 600,
+                                "replicatorDispatchRate": {"east->west": {"dispatchThrottlingRateInMsg": 1}},
+                                }).encode(),
+         204),
     _row("getResourceGroup (after updates)", "GET", f"/admin/v2/resourcegroups/{RG}", JAVA, None,
-         200, {**FULL, "publishRateInMsgs": 150, "dispatchRateInMsgs": 600}),
+         200, {**FULL, "publishRateInMsgs": 150, "dispatchRateInMsgs": 600,
+               "replicatorDispatchRate": {"east->west": WEST}}),
     _row("getResourceGroups", "GET", "/admin/v2/resourcegroups", JAVA, None, 200, [RG]),
     _row("getNamespaceResourceGroup (none attached)", "GET", f"/admin/v2/namespaces/{NS}/resourcegroup", JAVA, None,
          204, b""),

@@ -154,7 +154,7 @@ async def test_ops_routes(make_daemon, http, config):
         assert r.status == 200 and doc["broker_connected"] is True
     async with http.get(base_url(d) + "/metrics") as r:
         text = await r.text()
-    assert 'rgd_throttled_events_total{group="gold",kind="publish",reason="message_rate"} 1.0' in text
+    assert 'rgd_throttled_events_total{group="gold",kind="publish",reason="message_rate",remote_cluster=""} 1.0' in text
     assert "rgd_reports_published_total" in text and "rgd_quota_calculation_seconds_bucket" in text
 
 

@@ -33,7 +33,8 @@ def config(tmp_path: Path) -> Path:
 def _metric_limits(text: str) -> dict[tuple[str, str], float]:
     out = {}
     for kind, unit, value in re.findall(
-            rf'^rgd_local_limit\{{group="{GROUP}",kind="(\w+)",unit="(\w+)"\}} (\S+)$', text, flags=re.M):
+            rf'^rgd_local_limit\{{group="{GROUP}",kind="(\w+)",unit="(\w+)",remote_cluster=""\}} (\S+)$', text,
+            flags=re.M):
         v = float(value)
         out[(kind, unit)] = None if v == -1.0 else v
     return out

@@ -88,7 +88,7 @@ async def test_pulsar_names_and_labels_carry_rgds_figures(make_daemon, http, con
     assert 0 < quota_m <= 100 * 0.5 * d1.ticks
     assert _value(fam, "pulsar_resource_group_calculated_bytes_quota_total",
                   MonitoringClass="ReplicationDispatch", **gold) > 0
-    peer = {"RemoteBroker": "d2", "RemoteBrokerName": "d2", **gold}
+    peer = {"RemoteBroker": "d2", "RemoteBrokerName": "", **gold}  # no remote cluster: Pulsar's ""
     assert _value(fam, "pulsar_resource_group_remote_usage_messages_used_total", MonitoringClass="Publish", **peer) >= 7
     assert _value(fam, "pulsar_resource_group_local_usage_reported_total", MonitoringClass="Publish", **gold) >= 1
     assert _value(fam, "pulsar_resource_group_calculate_quota_secs_count") >= 2

@@ -118,7 +118,7 @@ def test_the_mirror_sends_a_limit_only_when_it_changes_and_drops_counts_of_delet
     mirror.take_ops()
     mirror.set_limit(GROUPS["a"], "publish", 10.0, 100.0)
     assert mirror.take_ops() == []
-    mirror.absorb([KindCounts("gone", "publish", 5, 5, 0, 0, 1, None, ("t/x",), None)], GROUPS)
+    mirror.absorb([KindCounts("gone", "publish", 5, 5, 0, 0, 1, None, ("t/x",), None, 0, 0, None)], GROUPS)
     assert ("gone", "publish") not in mirror.states
     mirror.forget("a")
     assert mirror.take_ops() == [("forget", "a")]

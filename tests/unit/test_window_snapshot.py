@@ -38,7 +38,7 @@ def random_step(node: ClusterNode, rng: random.Random, clock: FakeClock, groups:
     if isinstance(limiter, MirrorLimiter):
         if what < 0.85:
             limiter.absorb([(group.name, kind, rng.randint(0, 9), rng.randint(0, 900), rng.randint(0, 3),
-                             rng.randint(0, 300), rng.randint(0, 4), None, ("t/ns",), None)], groups)
+                             rng.randint(0, 300), rng.randint(0, 4), None, ("t/ns",), None, 0, 0, None)], groups)
         elif what < 0.95:
             limiter.set_limit(group, kind, rng.uniform(1, 100), rng.uniform(100, 10000))
         else:
