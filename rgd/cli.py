@@ -16,7 +16,6 @@ from rgd.daemon.lifecycle import configure_logging, run_loop, serve
 from rgd.daemon.malloc_tuning import fix_mmap_threshold
 
 
-
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")

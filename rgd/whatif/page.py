@@ -108,7 +108,8 @@ def render_page(rep: Replay, load: OfferedLoad, source: str) -> str:
             if gg == g and kk == kind:
                 demand += a[ADMITTED_MESSAGES] + a[THROTTLED_MESSAGES]
         out.append(f'<div class="group"><h3>{esc(g)} &middot; {esc(kind)} ({esc(unit)})</h3>')
-        series = [("quota now", now.quota, "#e15759", True), ("quota proposed", pr.quota, "#b07aa1", True),
+        series: list[tuple[str, Any, str, bool]] = [
+            ("quota now", now.quota, "#e15759", True), ("quota proposed", pr.quota, "#b07aa1", True),
                   ("admitted (log)", lg.admitted, "#bab0ac", False), ("admitted now", now.admitted, "#4e79a7", False),
                   ("admitted proposed", pr.admitted, "#f28e2b", False)]
         if unit == "messages":
