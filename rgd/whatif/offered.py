@@ -145,9 +145,7 @@ def rebuild(ticks: Sequence[TickCounts]) -> OfferedLoad:
                 if prev is not None and span_start is not None:
                     spans.append(Span(span_start, second(prev.end_ms - 1), prev.leaving))
                 carried.clear()
-                # A daemon's first tick report covers its first tick; an empty one (published as it
-                # started, or in a tick without traffic) shows only that it runs from its publish on.
-                span_start = second(t.start_ms if t.groups else t.end_ms)
+                span_start = second(t.start_ms)  # its first tick report covers its first tick
             for group, kinds in t.groups.items():
                 for kind, c in kinds.items():
                     carried[(group, kind)] = (c, t.tick_ms)
