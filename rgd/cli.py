@@ -194,13 +194,13 @@ def cmd_whatif(ns: argparse.Namespace) -> int:
         return 2
     try:
         from rgd.config.storage import StorageSetupError
-        from rgd.whatif import LogReadError, ProposalError, SimulatorMissing, run_whatif
+        from rgd.whatif import LogReadError, ProposalError, ReplayError, SimulatorMissing, run_whatif
     except ImportError as exc:
         print(f"rgd whatif needs pandas for its page (pip install 'rgd[spark]'): {exc}", file=sys.stderr)
         return 2
     try:
         table, warnings = run_whatif(ns.logs, ns.out, ns.sets, ns.strategy)
-    except (LogReadError, ProposalError, SimulatorMissing, StorageSetupError) as exc:
+    except (LogReadError, ProposalError, ReplayError, SimulatorMissing, StorageSetupError) as exc:
         print(f"rgd whatif: {exc}", file=sys.stderr)
         return 2
     print(table)

@@ -18,10 +18,10 @@ from typing import Any
 from rgd.whatif.logged import LogReadError, read_ticks
 from rgd.whatif.offered import rebuild
 from rgd.whatif.page import REPLAY_TOLERANCE, render_page, replay_error
-from rgd.whatif.proposal import ProposalError, parse_changes
-from rgd.whatif.replay import Replay, SimulatorMissing, replay
+from rgd.whatif.proposal import ProposalError, check_groups, parse_changes
+from rgd.whatif.replay import Replay, ReplayError, SimulatorMissing, replay
 
-__all__ = ["LogReadError", "ProposalError", "SimulatorMissing", "run_whatif", "summary_text"]
+__all__ = ["LogReadError", "ProposalError", "ReplayError", "SimulatorMissing", "run_whatif", "summary_text"]
 
 
 def _num(x: float | None) -> str:
@@ -46,10 +46,11 @@ def summary_text(rep: Replay) -> str:
 def run_whatif(logs: str, out_dir: str, sets: Sequence[str], strategy: str = "rgd") -> tuple[str, list[str]]:
     """Replay `logs` now and under `sets`; write whatif.html and whatif.json to `out_dir`.
 
-    Returns (summary table, warnings). Raises LogReadError, ProposalError, SimulatorMissing."""
+    Returns (summary table, warnings). Raises LogReadError, ProposalError, ReplayError, SimulatorMissing."""
+    changes = parse_changes(sets)
     ticks, stats = read_ticks(logs)
     load = rebuild(ticks)
-    changes = parse_changes(sets, load.groups)
+    check_groups(changes, load.groups)
     rep = replay(load, changes, strategy)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

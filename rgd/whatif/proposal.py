@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rgd.config.groups import RATE_FIELDS, InvalidGroup, check_rate
 
-__all__ = ["Change", "ProposalError", "parse_changes"]
+__all__ = ["Change", "ProposalError", "check_groups", "parse_changes"]
 
 
 class ProposalError(ValueError):
@@ -31,9 +31,9 @@ class Change:
         return f"{self.group}.{self.field}={shown}"
 
 
-def parse_changes(specs: Sequence[str], groups: Iterable[str]) -> list[Change]:
-    """Parse and check every --set against the logged `groups`; the last --set of a field wins."""
-    known = sorted(set(groups))
+def parse_changes(specs: Sequence[str]) -> list[Change]:
+    """Parse and check every --set (its form, field and value); the last --set of a field wins.
+    Cheap, so a typo is named before any log is read; `check_groups` then checks the groups."""
     out: dict[tuple[str, str], Change] = {}
     for spec in specs:
         target, sep, raw = spec.partition("=")
@@ -43,10 +43,6 @@ def parse_changes(specs: Sequence[str], groups: Iterable[str]) -> list[Change]:
         if field_name not in RATE_FIELDS:
             raise ProposalError(f"--set {spec!r}: unknown field {field_name!r} "
                                 f"(expected one of {', '.join(RATE_FIELDS)})")
-        if group not in known:
-            listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
-            raise ProposalError(f"--set {spec!r}: unknown group {group!r}: the logs have no traffic of it "
-                                f"(groups in the logs: {listed or 'none'})")
         try:
             value = float(raw.strip())
         except ValueError:
@@ -57,3 +53,14 @@ def parse_changes(specs: Sequence[str], groups: Iterable[str]) -> list[Change]:
             raise ProposalError(str(exc)) from None
         out[(group, field_name)] = Change(group, field_name, value)
     return list(out.values())
+
+
+def check_groups(changes: Sequence[Change], groups: Iterable[str]) -> None:
+    """Every change names a group the logs hold traffic of (a quota of a group without traffic
+    changes nothing a replay can show)."""
+    known = sorted(set(groups))
+    for c in changes:
+        if c.group not in known:
+            listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+            raise ProposalError(f"--set {c.group}.{c.field}: unknown group {c.group!r}: the logs have no traffic "
+                                f"of it (groups in the logs: {listed or 'none'})")

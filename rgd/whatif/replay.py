@@ -25,7 +25,7 @@ from rgd.config.groups import KIND_FIELDS, RATE_FIELDS
 from rgd.whatif.offered import ADMITTED_BYTES, ADMITTED_MESSAGES, THROTTLED_BYTES, THROTTLED_MESSAGES, OfferedLoad
 from rgd.whatif.proposal import Change
 
-__all__ = ["DimFigures", "Replay", "SimulatorMissing", "logged_figures", "replay", "scenario_doc"]
+__all__ = ["DimFigures", "Replay", "ReplayError", "SimulatorMissing", "logged_figures", "replay", "scenario_doc"]
 
 OVER_GRACE = 0.01  # a tick counts as over quota above 101 % of it (sim.metrics' grace for sub-step jitter)
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # the scenario schema's bound on a message size
@@ -33,6 +33,10 @@ MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # the scenario schema's bound on a messag
 
 class SimulatorMissing(RuntimeError):
     """The simulator package (sim/) is not importable here."""
+
+
+class ReplayError(ValueError):
+    """The logs make a scenario the simulator refuses (e.g. a daemon id it cannot take); says which part."""
 
 
 def _sim() -> tuple[Any, Any, Any, Any]:
@@ -277,7 +281,10 @@ def _run(load: OfferedLoad, changes: Sequence[Change],
          strategy: str) -> tuple[dict[tuple[str, str], DimFigures], dict[tuple[str, str], tuple[float, float]]]:
     parse, run, _, metrics = _sim()
     doc = scenario_doc(load, changes)
-    result = run(parse(doc), strategy)
+    try:
+        result = run(parse(doc), strategy)
+    except ValueError as exc:  # sim.scenario.ScenarioError: the message names the key
+        raise ReplayError(f"the simulator cannot replay these logs: {exc}") from None
     out = {}
     for g in load.groups:
         for kind in load.kinds(g):

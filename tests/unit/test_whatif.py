@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pytest
 
-from rgd.wire.log_entry_pb2 import LogEntryMetadata
-from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 from rgd.whatif.logged import KindCounts, TickCounts, tick_counts
 from rgd.whatif.offered import ADMITTED_MESSAGES, THROTTLED_MESSAGES, Span, rebuild
-from rgd.whatif.proposal import ProposalError, parse_changes
+from rgd.whatif.proposal import ProposalError, check_groups, parse_changes
 from rgd.whatif.replay import scenario_doc
+from rgd.wire.log_entry_pb2 import LogEntryMetadata
+from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 
 T0 = 1_800_000_000_000  # a whole second, Unix ms
 
@@ -126,8 +126,8 @@ def test_quotas_hold_from_the_report_that_carried_them_and_before_the_first():
 
 
 def test_set_parses_fields_and_values():
-    out = parse_changes(["tenant.a.publishRateInMsgs=500", "g.dispatchRateInBytes=-1", "g.dispatchRateInBytes=7e3"],
-                        ["tenant.a", "g"])
+    out = parse_changes(["tenant.a.publishRateInMsgs=500", "g.dispatchRateInBytes=-1", "g.dispatchRateInBytes=7e3"])
+    check_groups(out, ["tenant.a", "g"])
     assert [(c.group, c.field, c.value) for c in out] == [
         ("tenant.a", "publishRateInMsgs", 500.0), ("g", "dispatchRateInBytes", 7000.0)]  # the last of a field wins
     assert str(out[0]) == "tenant.a.publishRateInMsgs=500"
@@ -144,7 +144,7 @@ def test_set_parses_fields_and_values():
 ])
 def test_set_errors_name_what_is_wrong(spec: str, names: str):
     with pytest.raises(ProposalError, match=names.replace(".", r"\.").replace("(", r"\(")):
-        parse_changes([spec], ["g"])
+        check_groups(parse_changes([spec]), ["g"])
 
 
 # -- the scenario -----------------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_the_scenario_offers_the_logged_load_while_each_daemon_ran():
         tick("a", 1, {"g": kc(80, 20)}), tick("a", 2), tick("a", 3, {"g": kc(30, 0, quota=60)}, leaving=True),
         tick("b", 2, {"g": kc(10, 0, size=100)}), tick("b", 3), tick("b", 4),
     ])
-    doc = scenario_doc(load, parse_changes(["g.publishRateInBytes=9000"], ["g"]))
+    doc = scenario_doc(load, parse_changes(["g.publishRateInBytes=9000"]))
     limits = {"publishRateInMsgs": 100.0, "publishRateInBytes": 9000.0, "dispatchRateInMsgs": -1.0,
               "dispatchRateInBytes": -1.0, "replicationDispatchRateInMsgs": -1.0,
               "replicationDispatchRateInBytes": -1.0}
