@@ -14,7 +14,7 @@ from rgd.fairness.html import CSS, esc, fmt, line_chart, time_label
 from rgd.whatif.offered import ADMITTED_MESSAGES, THROTTLED_MESSAGES, OfferedLoad
 from rgd.whatif.replay import DimFigures, Replay
 
-__all__ = ["REPLAY_TOLERANCE", "render_page", "replay_error"]
+__all__ = ["HEADER", "REPLAY_TOLERANCE", "SUBHEADER", "render_page", "replay_error"]
 
 REPLAY_TOLERANCE = 0.02  # the replay under the logged quotas should admit within 2 % of what the logs say
 
@@ -46,9 +46,11 @@ def _row(cells: list[Any], bad: set[int] | None = None) -> str:
                             for i, c in enumerate(cells)) + "</tr>"
 
 
-COLUMNS = ["group", "kind", "quota now", "quota proposed", "admitted logged", "admitted now", "admitted proposed",
-           "change", "throttled now", "throttled proposed", "Jain now", "Jain proposed", "overshoot now",
-           "overshoot proposed", "replay vs log"]
+# Two header rows: what is compared, then which run (cells of a run read left to right: log, now, proposed).
+HEADER = [("group", 1), ("kind", 1), ("quota", 2), ("admitted", 4), ("throttled", 2), ("Jain", 2), ("overshoot", 2),
+          ("replay vs log", 1)]
+SUBHEADER = ["", "", "now", "proposed", "log", "now", "proposed", "change", "now", "proposed", "now", "proposed",
+             "now", "proposed", ""]
 
 
 def render_page(rep: Replay, load: OfferedLoad, source: str) -> str:
@@ -84,7 +86,8 @@ def render_page(rep: Replay, load: OfferedLoad, source: str) -> str:
                "of the demand (1 = fair); overshoot is the worst second's cluster usage above the quota. "
                f"Replay vs log: the replay under the logged quotas against the logged admitted total (within "
                f"{REPLAY_TOLERANCE * 100:.0f} % it reproduces the log; a figure in red does not).</p>")
-    head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
+    head = ("<tr>" + "".join(f'<th colspan="{n}">{esc(c)}</th>' for c, n in HEADER) + "</tr><tr>"
+            + "".join(f"<th>{esc(c)}</th>" for c in SUBHEADER) + "</tr>")
     rows = []
     for g, kind in keys:
         lg, now, pr = rep.logged[(g, kind)], rep.now[(g, kind)], rep.proposed[(g, kind)]
@@ -97,7 +100,7 @@ def render_page(rep: Replay, load: OfferedLoad, source: str) -> str:
             fmt(now.throttled_messages), fmt(pr.throttled_messages), fmt(now.jain_mean), fmt(pr.jain_mean),
             f"{now.overshoot_pct:.1f} %", f"{pr.overshoot_pct:.1f} %", _pct(err)],
             {14} if err is not None and abs(err) > REPLAY_TOLERANCE else set()))
-    out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    out.append(f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
     out.append("<h2>Per group, second by second</h2>")
     xs = t0 + np.arange(span)
     for g, kind in keys:
