@@ -189,3 +189,25 @@ def test_logged_figures_judge_the_log_like_a_replay():
     assert f.jain[1] == pytest.approx((1.2375 + 0.55) ** 2 / (2 * (1.2375 ** 2 + 0.55 ** 2)))
     assert not math.isnan(f.jain_mean)
     assert np.isfinite(f.quota).all()
+
+
+def test_reports_found_twice_count_once_and_receipts_add_nothing(tmp_path):
+    """A segment both in a daemon's log directory and in its archive (LOGS above both)."""
+    import shutil
+
+    from rgd.usage_log import UsageLog
+    from rgd.whatif.logged import read_ticks
+
+    log = UsageLog(tmp_path / "logs" / "d1", "d1", clock=lambda: T0 / 1000, archive_threaded=False)
+    for seq in (1, 2):
+        r = UsageReport(daemon_id="d1", sequence=seq, publish_time_ms=T0 + 1000 * seq, tick_ms=1000, incarnation=9)
+        r.groups.append(GroupUsage(group="g", publish=KindUsage(admitted_messages=seq)))
+        log.append_published(r.SerializeToString(), (T0 + 1000 * seq) / 1000)
+        log.append_receipt(r, r.SerializeToString(), (T0 + 1000 * seq) / 1000)  # as a peer's receipt would be
+    log.close()
+    (segment,) = (tmp_path / "logs" / "d1").glob("*.seg")
+    (tmp_path / "archive").mkdir()
+    shutil.copy(segment, tmp_path / "archive" / segment.name)
+    ticks, stats = read_ticks(str(tmp_path))
+    assert [(t.sequence, t.groups["g"]["publish"].admitted_messages) for t in ticks] == [(1, 1), (2, 2)]
+    assert (stats.segments, stats.frames, stats.reports, stats.duplicates) == (2, 8, 2, 2)
