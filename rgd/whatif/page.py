@@ -14,8 +14,9 @@ from rgd.fairness.html import CSS, esc, fmt, line_chart, time_label
 from rgd.whatif.offered import ADMITTED_MESSAGES, THROTTLED_MESSAGES, OfferedLoad
 from rgd.whatif.replay import DimFigures, Replay
 
-__all__ = ["HEADER", "REPLAY_TOLERANCE", "SUBHEADER", "render_page", "replay_error"]
+__all__ = ["HEADER", "MAX_CHARTED", "REPLAY_TOLERANCE", "SUBHEADER", "charted_dims", "render_page", "replay_error"]
 
+MAX_CHARTED = 12  # groups and kinds with charts: the page stays readable (and small) with thousands of groups
 REPLAY_TOLERANCE = 0.02  # the replay under the logged quotas should admit within 2 % of what the logs say
 
 
@@ -24,6 +25,18 @@ def replay_error(logged: DimFigures, now: DimFigures) -> float | None:
     if logged.admitted_messages <= 0:
         return None
     return (now.admitted_messages - logged.admitted_messages) / logged.admitted_messages
+
+
+def charted_dims(rep: Replay, errors: dict[tuple[str, str], float | None]) -> list[tuple[str, str]]:
+    """Which (group, kind)s get charts, at most MAX_CHARTED: those the changes name, then the largest
+    moves of admitted messages, then the largest differences between the replay and the log."""
+    named = {c.group for c in rep.changes}
+
+    def rank(key: tuple[str, str]) -> tuple[bool, float, float, tuple[str, str]]:
+        moved = abs(rep.proposed[key].admitted_messages - rep.now[key].admitted_messages)
+        return key[0] not in named, -moved, -abs(errors.get(key) or 0.0), key
+
+    return sorted(rep.now, key=rank)[:MAX_CHARTED]
 
 
 def _quota_text(q: tuple[float, float] | None) -> str:
@@ -47,7 +60,7 @@ def _row(cells: list[Any], bad: set[int] | None = None) -> str:
 
 
 # Two header rows: what is compared, then which run (cells of a run read left to right: log, now, proposed).
-HEADER = [("group", 1), ("kind", 1), ("quota", 2), ("admitted", 4), ("throttled", 2), ("Jain", 2), ("overshoot", 2),
+HEADER = [("group", 1), ("kind", 1), ("quota at the end", 2), ("admitted", 4), ("throttled", 2), ("Jain", 2), ("overshoot", 2),
           ("replay vs log", 1)]
 SUBHEADER = ["", "", "now", "proposed", "log", "now", "proposed", "change", "now", "proposed", "now", "proposed",
              "now", "proposed", ""]
@@ -101,9 +114,13 @@ def render_page(rep: Replay, load: OfferedLoad, source: str) -> str:
             f"{now.overshoot_pct:.1f} %", f"{pr.overshoot_pct:.1f} %", _pct(err)],
             {14} if err is not None and abs(err) > REPLAY_TOLERANCE else set()))
     out.append(f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
+    charted = charted_dims(rep, errors)
     out.append("<h2>Per group, second by second</h2>")
+    if len(charted) < len(keys):
+        out.append(f'<p class="muted">The {len(charted)} groups and kinds the proposal changes most (those it names '
+                   f"first); the other {len(keys) - len(charted)} are in the table above and in whatif.json.</p>")
     xs = t0 + np.arange(span)
-    for g, kind in keys:
+    for g, kind in charted:
         lg, now, pr = rep.logged[(g, kind)], rep.now[(g, kind)], rep.proposed[(g, kind)]
         unit = now.unit or pr.unit or "messages"
         demand = np.zeros(span)
