@@ -60,8 +60,8 @@ def _row(cells: list[Any], bad: set[int] | None = None) -> str:
 
 
 # Two header rows: what is compared, then which run (cells of a run read left to right: log, now, proposed).
-HEADER = [("group", 1), ("kind", 1), ("quota at the end", 2), ("admitted", 4), ("throttled", 2), ("Jain", 2), ("overshoot", 2),
-          ("replay vs log", 1)]
+HEADER = [("group", 1), ("kind", 1), ("quota at the end", 2), ("admitted", 4), ("throttled", 2), ("Jain", 2),
+          ("overshoot", 2), ("replay vs log", 1)]
 SUBHEADER = ["", "", "now", "proposed", "log", "now", "proposed", "change", "now", "proposed", "now", "proposed",
              "now", "proposed", ""]
 
