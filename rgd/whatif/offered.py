@@ -156,7 +156,9 @@ def rebuild(ticks: Sequence[TickCounts]) -> OfferedLoad:
                     for row, v in enumerate(_values(c)):
                         _spread(counts[row], t0, t.start_ms, t.end_ms, float(v))
             for (group, kind), (c, tick_ms) in list(carried.items()):
-                if group in t.groups and kind in t.groups[group]:
+                if group in t.groups:
+                    if kind not in t.groups[group]:  # left out of a reported group: idle (and unlimited)
+                        del carried[(group, kind)]
                     continue
                 values = _values(c)
                 if not any(values):  # reported idle: nothing to carry

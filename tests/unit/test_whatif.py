@@ -82,6 +82,17 @@ def test_a_suppressed_group_counts_as_unchanged_until_it_is_reported_again():
     assert load.total("g", "publish", ADMITTED_MESSAGES) == 280
 
 
+def test_a_kind_left_out_of_a_reported_group_is_idle_not_suppressed():
+    both = {"publish": kc(10), "dispatch": kc(5)}
+    load = rebuild([
+        TickCounts("a", 1, 1, T0 + 1000, 1000, False, {"g": both}),
+        TickCounts("a", 1, 2, T0 + 2000, 1000, False, {"g": {"publish": kc(10)}}),  # dispatch went silent
+        TickCounts("a", 1, 3, T0 + 3000, 1000, False, {}),  # g suppressed: publish carried, dispatch not
+    ])
+    assert load.counts[("g", "a", "publish")][ADMITTED_MESSAGES].tolist() == [10, 10, 10]
+    assert load.counts[("g", "a", "dispatch")][ADMITTED_MESSAGES].tolist() == [5, 0, 0]
+
+
 def test_a_suppressed_tick_of_another_length_carries_the_rate_not_the_count():
     load = rebuild([tick("a", 1, {"g": kc(100)}), tick("a", 3, tick_ms=2000)])
     assert load.counts[("g", "a", "publish")][ADMITTED_MESSAGES].tolist() == [100, 100, 100]
