@@ -186,6 +186,8 @@ def _figures(ticks: Sequence[Any | None], fallback: np.ndarray, metrics: Any) ->
     was admitted: `fallback` [2, seconds] gives the offered messages and bytes)."""
     f = DimFigures()
     jains: list[float] = []
+    # A tick measured in bytes counts a message as its size (sim.engine's per_message), one in messages as 1:
+    # alike only for 1-byte messages, where both read the same.
     units = [t.bytes_quota < 0 and any(u != 1.0 for u in t.per_message.values()) for t in ticks if t is not None]
     f.unit = "" if not units else ("bytes" if all(units) else "messages")
     for s, t in enumerate(ticks):
@@ -216,15 +218,6 @@ def _figures(ticks: Sequence[Any | None], fallback: np.ndarray, metrics: Any) ->
     return f
 
 
-def _unit(qm: float, qb: float, size: float) -> float | None:
-    """Units per message of the dimension the simulator measures (as sim.engine does), None if unlimited."""
-    if qm >= 0:
-        return 1.0
-    if qb >= 0:
-        return size
-    return None
-
-
 def _logged_ticks(load: OfferedLoad, group: str, kind: str, sizes: dict[str, float], tick_cls: Any) -> list[Any]:
     """The logged counts of one dimension as the simulator's tick records, so one judge rates both."""
     q = load.quotas.get((group, kind))
@@ -236,16 +229,18 @@ def _logged_ticks(load: OfferedLoad, group: str, kind: str, sizes: dict[str, flo
             out.append(None)
             continue
         t = tick_cls(qm if qm >= 0 else qb, bytes_quota=qb if qm >= 0 else -1.0)
+        in_bytes = qm < 0  # as sim.engine measures: messages where they are limited, else bytes
+        admitted_row, throttled_row = (ADMITTED_BYTES, THROTTLED_BYTES) if in_bytes else \
+            (ADMITTED_MESSAGES, THROTTLED_MESSAGES)
         for d, a in rows.items():
-            offered = float(a[ADMITTED_MESSAGES, s] + a[THROTTLED_MESSAGES, s])
-            if offered <= 0 and a[ADMITTED_MESSAGES, s] <= 0:
+            offered = float(a[admitted_row, s] + a[throttled_row, s])
+            if offered <= 0:
                 continue
             size = sizes.get(d, 1.0)
-            unit = _unit(qm, qb, size) or 1.0
-            t.offered[d] = t.arrived[d] = offered * unit
-            t.admitted[d] = float(a[ADMITTED_MESSAGES, s]) * unit
+            t.offered[d] = t.arrived[d] = offered
+            t.admitted[d] = float(a[admitted_row, s])
             t.message_bytes[d] = size
-            t.per_message[d] = unit
+            t.per_message[d] = size if in_bytes else 1.0
         out.append(t)
     return out
 
