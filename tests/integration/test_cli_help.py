@@ -24,9 +24,11 @@ def _help(*argv: str) -> str:
 
 
 @pytest.mark.parametrize("command, expected", [
-    ([], ["run", "up", "report", "--log-level"]),
+    ([], ["run", "up", "report", "whatif", "--log-level"]),
     (["up"], ["--daemons", "--duration", "--quota", "--workdir", "--no-report"]),
     (["report"], ["PATH_OR_URI", "--out", "--master"]),
+    (["whatif"], ["LOGS", "--out", "--set", "GROUP.FIELD=VALUE", "--strategy", "publishRateInMsgs",
+                  "replicationDispatchRateInBytes", "suppression", "Exit code 2"]),
 ])
 def test_rgd_help(command: list[str], expected: list[str]) -> None:
     out = _help(str(BIN / "rgd"), *command)
