@@ -42,6 +42,7 @@ DISPATCH_RATE_MSGS = "dispatchThrottlingRateInMsg"
 DISPATCH_RATE_BYTES = "dispatchThrottlingRateInByte"
 DISPATCH_RATE_FIELDS = (DISPATCH_RATE_MSGS, DISPATCH_RATE_BYTES, "ratePeriodInSecond", "relativeToPublishRate")
 MAX_REPLICATOR_ENTRIES = 1000
+MAX_RATE_PERIOD = 2**31 - 1  # Pulsar's DispatchRate.ratePeriodInSecond is a Java int
 UNLIMITED = -1.0
 # A rate above this is a typo, not a limit (about 1e15 msg/s or bytes/s).
 MAX_RATE = 1e15
@@ -233,8 +234,10 @@ def check_replicator_rates(where: str, value: Any) -> tuple[ReplicatorRate, ...]
         msgs, nbytes = (check_rate(f"{at}.{f}", rate[f]) if rate.get(f) is not None else UNLIMITED
                         for f in (DISPATCH_RATE_MSGS, DISPATCH_RATE_BYTES))
         period = rate.get("ratePeriodInSecond")
-        if period is not None and (isinstance(period, bool) or not isinstance(period, int) or period < 1):
-            raise InvalidGroup(f"{at}.ratePeriodInSecond: expected a whole number of seconds >= 1, got {shown(period)}")
+        if period is not None and (isinstance(period, bool) or not isinstance(period, int)
+                                   or not 1 <= period <= MAX_RATE_PERIOD):
+            raise InvalidGroup(f"{at}.ratePeriodInSecond: expected a whole number of seconds in 1..{MAX_RATE_PERIOD}, "
+                               f"got {shown(period)}")
         relative = rate.get("relativeToPublishRate")
         if relative is not None and not isinstance(relative, bool):
             raise InvalidGroup(f"{at}.relativeToPublishRate: expected true or false, got {shown(relative)}")
@@ -452,7 +455,7 @@ def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegis
 
 __all__ = [
     "ADMIN_BODY_FIELDS", "ATTACHMENT_SECTIONS", "BUDGET_SEP", "DISPATCH_RATE_BYTES", "DISPATCH_RATE_FIELDS",
-    "DISPATCH_RATE_MSGS", "KINDS", "KIND_FIELDS", "MAX_RATE", "MAX_REPLICATOR_ENTRIES", "RATE_FIELDS",
+    "DISPATCH_RATE_MSGS", "KINDS", "KIND_FIELDS", "MAX_RATE", "MAX_RATE_PERIOD", "MAX_REPLICATOR_ENTRIES", "RATE_FIELDS",
     "REPLICATOR_FIELD", "SHADOW_FIELD", "TOPIC_DOMAINS", "UNLIMITED",
     "GroupRegistry", "InvalidGroup", "QuotaCeilings", "ReplicatorRate", "ResourceGroup", "base_topic", "budget_name",
     "check_name", "check_namespace", "check_rate", "check_replicator_rates", "check_topic", "higher_quota",

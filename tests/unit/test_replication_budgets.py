@@ -65,6 +65,8 @@ def test_an_update_without_the_map_keeps_it_and_shadow_mode_toggles():
     ({"replicatorDispatchRate": {"east->west": {"dispatchThrottlingRateInByte": -5}}},
      "replicatorDispatchRate.east->west.dispatchThrottlingRateInByte: out of range, expected -1"),
     ({"replicatorDispatchRate": {"east->west": {"ratePeriodInSecond": 0}}}, "ratePeriodInSecond"),
+    ({"replicatorDispatchRate": {"east->west": {"ratePeriodInSecond": 2**31}}},
+     "ratePeriodInSecond: expected a whole number of seconds in 1..2147483647, got an integer"),
     ({"replicatorDispatchRate": {"": {}}}, "is not a key"),
     ({"shadowMode": "yes"}, "shadowMode: expected true or false"),
 ])
