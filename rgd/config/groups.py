@@ -455,8 +455,8 @@ def registry_from_mapping(doc: Mapping[str, Any], where: str = "") -> GroupRegis
 
 __all__ = [
     "ADMIN_BODY_FIELDS", "ATTACHMENT_SECTIONS", "BUDGET_SEP", "DISPATCH_RATE_BYTES", "DISPATCH_RATE_FIELDS",
-    "DISPATCH_RATE_MSGS", "KINDS", "KIND_FIELDS", "MAX_RATE", "MAX_RATE_PERIOD", "MAX_REPLICATOR_ENTRIES", "RATE_FIELDS",
-    "REPLICATOR_FIELD", "SHADOW_FIELD", "TOPIC_DOMAINS", "UNLIMITED",
+    "DISPATCH_RATE_MSGS", "KINDS", "KIND_FIELDS", "MAX_RATE", "MAX_RATE_PERIOD", "MAX_REPLICATOR_ENTRIES",
+    "RATE_FIELDS", "REPLICATOR_FIELD", "SHADOW_FIELD", "TOPIC_DOMAINS", "UNLIMITED",
     "GroupRegistry", "InvalidGroup", "QuotaCeilings", "ReplicatorRate", "ResourceGroup", "base_topic", "budget_name",
     "check_name", "check_namespace", "check_rate", "check_replicator_rates", "check_topic", "higher_quota",
     "is_name", "nearest_field", "registry_from_mapping", "replication_budgets", "replicator_key", "split_budget",
