@@ -35,13 +35,14 @@ from rgd.config.reload import ConfigReloader
 from rgd.config.settings import Settings
 from rgd.config.store import ConfigChange, ConfigStore
 from rgd.daemon.gc_pacing import GcPacer
-from rgd.limiting.limiter import Limiter
+from rgd.limiting.limiter import Collected, Limiter
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import INF
 from rgd.transport.broker_liveness import BrokerLiveness, echo_deadline
 from rgd.transport.embedded_broker import EmbeddedBroker, start_or_join
 from rgd.transport.session import PulsarSession
 from rgd.usage_log import UsageLog
+from rgd.usage_log.accounting import TickAccounting
 from rgd.usage_log.guard import LogGuard
 from rgd.usage_log.resume import resume_from_log
 from rgd.wire.usage_report_pb2 import UsageReport
@@ -114,6 +115,10 @@ class Daemon:
             limiter_class=limiter_class,
         )
         self.limiter: Limiter = self.node.limiter  # the node's, for good: a plain attribute for the hot path
+        # Every collect of the limiter (the tick's, in the node) is logged as this tick's accounting,
+        # whatever the tick then publishes: the log's account of what brokers were told.
+        self.accounting = TickAccounting(settings.id, self.incarnation, self.incarnation)
+        self.limiter.on_collect = self._account
         self.admin_tokens = _load_tokens(settings.admin_tokens_file)
         self.last_local_rates: dict[tuple[str, str], tuple[float, float]] = {}
         self.inbox: asyncio.Queue[Inbound] = asyncio.Queue(MAX_INBOX)
@@ -238,6 +243,7 @@ class Daemon:
         if session is not None:
             await session.close()
         await self.listeners.close()
+        self._account_final()
         usage_log, self.usage_log = self.usage_log, None
         self.log_guard = None
         if usage_log is not None:
@@ -254,9 +260,23 @@ class Daemon:
         self.usage_log = UsageLog(
             s.log_dir, s.id, segment_max_bytes=s.log_segment_bytes, segment_max_age_s=s.log_segment_age,
             archive_uri=s.archive_uri or None, retention_s=s.log_retention,
-            keep_receipt_payloads=s.log_receipt_payloads,
+            keep_receipt_payloads=s.log_receipt_payloads, accounting=True,
         )
         self.log_guard = LogGuard(self.usage_log)
+
+    def _account(self, collected: dict[tuple[str, str], Collected], final: bool = False) -> None:
+        """Log what a collect of the limiter took (rgd.usage_log.accounting)."""
+        if self.log_guard is None:
+            return  # not started, or stopped: nothing was asked (the listeners open after the log)
+        record, cumulative = self.accounting.record(collected, self.limiter.states, self.config.effective.groups,
+                                                    int(time.time() * 1000))
+        self.log_guard.append_accounting(record, cumulative, final)
+
+    def _account_final(self) -> None:
+        """The last accounting, once no ask can be answered any more (the listeners are closed):
+        what was admitted since the last tick, marked final (a clean stop)."""
+        self.limiter.on_collect = None
+        self._account(self.limiter.collect(), final=True)
 
     def log_lag(self) -> list[tuple[str, str, float]] | None:
         if self.usage_log is None:

@@ -49,6 +49,10 @@ class SegmentMeta:
     # daemon, incarnation, seq, pub_ms, tick_ms, leaving, groups
     headers: dict[str, np.ndarray] = field(default_factory=dict)
     totals: dict[str, np.ndarray] = field(default_factory=dict)  # group, daemon, counts [n, 8]
+    # ACCOUNTING frames: daemon, incarnation, seq, pub_ms, tick_ms, write_us, running totals
+    # (admitted/throttled messages/bytes), final, order (log index)
+    accounting: dict[str, np.ndarray] = field(default_factory=dict)
+    accounted_published: int = 0  # PUBLISHED frames whose counts are in ACCOUNTING frames
     receipt_tables: ReceiptTables | None = None
     series_keys: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # (group, chunk)
 
@@ -215,6 +219,65 @@ def totals_frame(metas: list[SegmentMeta], names: dict[int, str]) -> pd.DataFram
     return df
 
 
+ACCOUNTING_COLS = ("daemon", "incarnation", "seq", "pub_ms", "tick_ms", "write_us", "admitted_messages",
+                   "admitted_bytes", "throttled_messages", "throttled_bytes", "final", "order", "own_admitted_messages")
+
+
+def accounting_summary(metas: list[SegmentMeta], names: dict[int, str], daemons: list[str]) -> dict[str, Any]:
+    """Where the totals come from and how complete they are, per daemon (summary.json "accounting").
+
+    A daemon whose log has ACCOUNTING frames (rgd.usage_log.accounting) is counted from them:
+    every message its limiter answered, once. Per incarnation, a gap in their sequence is a
+    lost frame whose admitted messages are the running total's difference around it (exact); a
+    log that ends without a final frame ended in a crash, losing what was admitted after its
+    last frame (the moment is `last_write_s`). A daemon without them (an rgd older than the
+    accounting) is counted from its published reports: suppressed ticks are then missing."""
+    parts = [pd.DataFrame({c: m.accounting[c] for c in ACCOUNTING_COLS}) for m in metas
+             if m.accounting and len(m.accounting.get("daemon", ()))]
+    acct = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(ACCOUNTING_COLS))
+    marked = {m.writer for m in metas if m.accounted_published}
+    per_daemon: dict[str, Any] = {}
+    seen = set()
+    key: Any
+    for key, g in acct.groupby("daemon"):
+        name = names.get(int(key), f"#{key}")
+        seen.add(name)
+        incs = []
+        for inc, h in g.sort_values("seq").drop_duplicates("seq").groupby("incarnation", sort=True):
+            seq = h["seq"].to_numpy()
+            last = h.iloc[-1]
+            incs.append({
+                "incarnation": int(inc), "frames": int(len(h)), "missing_frames": int(seq[-1] - len(h)),
+                "missing_admitted_messages": int(last["admitted_messages"] - h["own_admitted_messages"].sum()),
+                "admitted_messages": int(last["admitted_messages"]),
+                "ended": "stopped" if bool(last["final"]) else "crashed",
+                "last_write_s": float(last["write_us"]) / 1e6, "last_collect_ms": int(last["pub_ms"]),
+            })
+        last_inc = incs[-1]
+        per_daemon[name] = {
+            "source": "tick accounting", "incarnations": incs,
+            "missing_frames": sum(i["missing_frames"] for i in incs),
+            "missing_admitted_messages": sum(i["missing_admitted_messages"] for i in incs),
+            "ended": last_inc["ended"], "crashes": sum(1 for i in incs if i["ended"] == "crashed"),
+            "last_write_s": last_inc["last_write_s"], "last_collect_ms": last_inc["last_collect_ms"],
+        }
+    for name in daemons:
+        if name not in seen:
+            per_daemon[name] = {"source": "published reports only"}
+    legacy = sorted(n for n, d in per_daemon.items() if d["source"] != "tick accounting")
+    mixed = [names.get(k, f"#{k}") for k in marked if names.get(k, f"#{k}") not in seen]
+    return {
+        "source": ("tick accounting" if not legacy else
+                   "published reports only" if len(legacy) == len(per_daemon) else "mixed"),
+        "daemons_published_only": legacy,
+        "daemons_marked_without_frames": sorted(mixed),
+        "crashed": sorted(n for n, d in per_daemon.items() if d.get("crashes")),
+        "missing_frames": sum(d.get("missing_frames", 0) for d in per_daemon.values()),
+        "missing_admitted_messages": sum(d.get("missing_admitted_messages", 0) for d in per_daemon.values()),
+        "daemons": per_daemon,
+    }
+
+
 @dataclass(slots=True)
 class ReceiptSummary:
     loss: pd.DataFrame  # per receiver, publisher, incarnation
@@ -297,8 +360,10 @@ def merge_receipts(metas: list[SegmentMeta], names: dict[int, str]) -> ReceiptSu
 
 
 __all__ = [
+    "ACCOUNTING_COLS",
     "TOTAL_COLS",
     "Membership",
+    "accounting_summary",
     "ReceiptSummary",
     "SegmentMeta",
     "choose_grid_ms",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rgd.fairness.merge import Membership, ReceiptSummary, SegmentMeta, publisher_gaps
+from rgd.fairness.merge import Membership, ReceiptSummary, SegmentMeta, accounting_summary, publisher_gaps
 from rgd.fairness.options import ReportOptions
 from rgd.fairness.receipts import quantile_from_hist
 from rgd.fairness.series import Grid
@@ -163,6 +163,7 @@ def build_summary(s: SummaryInputs) -> dict[str, Any]:
                  "ticks": max(mem.t_last - mem.t_first + 1, 0),
                  "first_s": mem.t_first * grid_ms / 1000.0, "last_s": mem.t_last * grid_ms / 1000.0},
         "daemons": daemons,
+        "accounting": accounting_summary(s.good, names, daemons),
         "membership_events": ({e: int(n) for e, n in mem.events["event"].value_counts().items()}
                               if len(mem.events) else {}),
         "daemons_left": sorted({names.get(int(k), f"#{k}") for k in left["daemon"]}) if len(left) else [],

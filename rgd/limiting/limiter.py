@@ -238,6 +238,9 @@ class Limiter:
         self.counted: set[tuple[str, str]] | None = None
         self.recompute_at = INF  # when limits are next recomputed (caps Retry-After); INF: unknown
         self.limit_changes = 0  # set_limit calls that changed a limit (limits move between ticks too)
+        # Called with what each `collect` took, before anything can ask again: the daemon logs
+        # it as its tick accounting (rgd.usage_log.accounting), whatever the tick then reports.
+        self.on_collect: Callable[[dict[tuple[str, str], Collected]], None] | None = None
 
     # -- state ---------------------------------------------------------------------------
 
@@ -521,6 +524,8 @@ class Limiter:
             st.tick = TickCounters()
             st.namespaces = set()
             st.topics = None
+        if self.on_collect is not None:
+            self.on_collect(out)
         return out
 
 
