@@ -138,14 +138,19 @@ class Membership:
     events: pd.DataFrame  # daemon, bucket, event ("join", "leave", "silent", "restart")
 
 
-def membership(headers: pd.DataFrame, grid_ms: int, member_ttl: int) -> Membership:
+def membership(headers: pd.DataFrame, grid_ms: int, member_ttl: int,
+               extent_ms: tuple[int, int] | None = None) -> Membership:
     """Who is live when, mirroring rgd.cluster.usage_map: join on the first report, a leaving report
-    evicts at once, silence longer than `member_ttl` ticks evicts, a new incarnation does not."""
+    evicts at once, silence longer than `member_ttl` ticks evicts, a new incarnation does not.
+    The span runs from the first report to the last, widened to `extent_ms` (first and last
+    time of the tick accounting) when given."""
     if headers.empty:
         return Membership(0, -1, {}, np.zeros(0, np.int64), np.zeros(0, np.int64),
                           pd.DataFrame(columns=["daemon", "bucket", "event"]))
     h = headers.assign(bucket=np.floor_divide(headers["pub_ms"].to_numpy(), grid_ms))
     t_first, t_last = int(h["bucket"].min()), int(h["bucket"].max())
+    if extent_ms is not None:
+        t_first, t_last = min(t_first, extent_ms[0] // grid_ms), max(t_last, extent_ms[1] // grid_ms)
     T = t_last - t_first + 1
     members_n = np.zeros(T, np.int64)
     members_fp = np.zeros(T, np.int64)

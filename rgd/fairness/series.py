@@ -53,6 +53,12 @@ LIMIT_OF = tuple((PER_KIND * i + LIMIT_FIELDS.index(f"limit_{u}"),
                   PER_KIND * i + LIMIT_FIELDS.index(f"quota_{u}")) for i in range(len(KINDS)) for u in UNITS)
 
 
+# A series row's `dims` bit (above every dimension's): its counts are tick accounting (rgd.usage_log.
+# accounting), every count once in the bucket it was collected in, so a bucket without a row had
+# none (its counts went to the next one): the reducer takes counts per bucket, without forward fill.
+ACCOUNTED_BIT = 1 << 62
+
+
 @dataclass(frozen=True, slots=True)
 class Grid:
     grid_ms: int
@@ -79,7 +85,7 @@ class SeriesRow:
     order: int  # first log index of the segment: later segments overwrite limits
     b0: int
     n: int
-    dims: int  # bit k set: dimension k present in blob
+    dims: int  # bit k set: dimension k present in blob; ACCOUNTED_BIT: counts are tick accounting
     blob: bytes
 
 
@@ -225,6 +231,8 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
     nb = int(bucket.max()) - bmin + 1
     bidx_all = bucket - bmin
     order = int(seg.frames[F_INDEX, 0]) if seg.frames.shape[1] else 0
+    # A log with accounting frames has its published reports' rows skipped: every row is accounting.
+    accounted = ACCOUNTED_BIT if seg.accounting.size else 0
     icounts = np.ascontiguousarray(seg.counts, dtype=np.int64)
     counts = icounts.astype(np.float64)
     limits = np.ascontiguousarray(seg.limits, dtype=np.float64)
@@ -251,7 +259,7 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
             tot_keys.append(k + k0)
             tot_counts.append(totals[k])
             first, last = int(hit[0]) + bmin, int(hit[-1]) + bmin
-            dm = int(dims[k])
+            dm = int(dims[k]) | accounted
             g_key, d_key = int(guniq[(k + k0) // duniq.size]), int(duniq[(k + k0) % duniq.size])
             for c in range(grid.chunk_of(first), grid.chunk_of(last + lb) + 1):
                 lo = max(first, grid.chunk_start(c) - lb)
@@ -275,6 +283,7 @@ class ChunkMatrix:
 
     w0: int
     daemons: np.ndarray  # daemon keys, row order
+    accounted: np.ndarray  # [D] bool: the daemon's counts are tick accounting (ACCOUNTED_BIT)
     reports: np.ndarray  # [D, W] reports per bucket
     tick_ms: np.ndarray  # [D, W]
     admitted: dict[int, np.ndarray]  # dim -> [D, W] summed counts
@@ -330,6 +339,10 @@ def assemble(rows: list[SeriesRow], w0: int, width: int) -> ChunkMatrix:
     daemons = np.array(sorted({r.daemon_key for r in rows}), dtype=np.int64)
     di = {k: i for i, k in enumerate(daemons.tolist())}
     D = daemons.size
+    accounted = np.zeros(D, np.bool_)
+    for r in rows:
+        if r.dims & ACCOUNTED_BIT:
+            accounted[di[r.daemon_key]] = True
     dims = 0
     for r in rows:
         dims |= r.dims
@@ -358,7 +371,7 @@ def assemble(rows: list[SeriesRow], w0: int, width: int) -> ChunkMatrix:
         _scatter(reports, tick, A, T, L, Q, di[r.daemon_key], lo - r.b0, lo - w0, hi - lo, r.n, nruns, values,
                  starts, dense, np.array([slot[k] for k in present], np.int64),
                  np.array([slot[k] for k in union if not r.dims >> k & 1], np.int64))
-    return ChunkMatrix(w0, daemons, reports, tick, {k: A[slot[k]] for k in union}, {k: T[slot[k]] for k in union},
+    return ChunkMatrix(w0, daemons, accounted, reports, tick, {k: A[slot[k]] for k in union}, {k: T[slot[k]] for k in union},
                        {k: L[slot[k]] for k in union}, {k: Q[slot[k]] for k in union})
 
 
@@ -385,6 +398,7 @@ def forward_fill_index(reported: np.ndarray, w0: int, group_ttl: int,
 
 
 __all__ = [
+    "ACCOUNTED_BIT",
     "COUNT_OF",
     "COUNT_OF_A",
     "DENSE_BUDGET",

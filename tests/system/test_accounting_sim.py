@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -68,6 +69,54 @@ def test_report_totals_equal_the_simulators_admitted_counts(tmp_path: Path, spar
     for group in ("g", "h"):
         assert summary["groups"][group]["totals"]["publish_messages_admitted"] == sum(
             v for (g, _), v in expected.items() if g == group)
+    # The per-tick series adds up to the same totals: each tick's counts once, in its own tick.
+    ticks = pd.read_parquet(tmp_path / "out" / "ticks")
+    series = ticks[ticks["dim"] == "publish_messages"].groupby("group")["admitted"].sum()
+    assert {g: round(v, 6) for g, v in series.items()} == {
+        g: sum(v for (h, _), v in expected.items() if h == g) for g in ("g", "h")}
     acct = summary["accounting"]
     assert acct["source"] == "tick accounting" and acct["missing_frames"] == 0 and not acct["crashed"]
     assert {d["ended"] for d in acct["daemons"].values()} == {"stopped"}
+
+
+def test_report_page_structure(tmp_path: Path, spark) -> None:
+    """The page: one colour per daemon in every group's chart, never the quota's; delay and
+    staleness on axes of their own; x labels inside the picture; no start-up tick among the
+    worst moments; a graceful leave listed as stopped, not as a daemon that left."""
+    import re
+    from datetime import UTC, datetime
+
+    from rgd.fairness import run_report
+    from rgd.fairness.html import QUOTA_COLOR
+
+    run(parse(SCENARIO, "page"), "rgd", log=UsageLogs(tmp_path / "logs"))
+    summary = run_report(str(tmp_path / "logs"), str(tmp_path / "out"), progress=False, spark=spark)
+    page = (tmp_path / "out" / "report.html").read_text()
+    fills: dict[str, set[str]] = {}
+    for daemon, fill in re.findall(r'<path class="area" data-daemon="([^"]+)" d="[^"]*" fill="([^"]+)"', page):
+        fills.setdefault(daemon, set()).add(fill)
+    assert set(fills) == {"a", "b", "c"}, fills
+    assert all(len(f) == 1 for f in fills.values()), f"a daemon changes colour between groups: {fills}"
+    colours = [next(iter(f)) for f in fills.values()]
+    assert len(set(colours)) == 3 and QUOTA_COLOR not in colours
+    assert len(re.findall(r'<path class="area" data-daemon=', page)) == 5  # g: a, b, c; h: a, b
+    # every chart has its axes: a frame, y labels, x labels that stay inside the 575 px picture
+    charts = re.findall(r"<svg [^>]*>(.*?)</svg>", page, flags=re.S)
+    assert charts
+    for svg in charts:
+        assert 'class="plot"' in svg and 'class="yl"' in svg and 'class="xl"' in svg
+        for x, anchor in re.findall(r'<text x="([\d.]+)" y="[\d.]+" class="xl" text-anchor="(\w+)"', svg):
+            assert anchor != "middle" or 24 < float(x) < 575 - 24
+    assert "Report delay, per tick" in page and "Report staleness, per tick" in page
+    assert "Fair error</b> is" in page and "Convergence: after" in page
+    # no start-up tick among the worst moments
+    ticks = pd.read_parquet(tmp_path / "out" / "ticks")
+    for group, t in ticks.groupby("group"):
+        first = sorted(t["time_s"].unique())[:2]
+        startup = {datetime.fromtimestamp(s, tz=UTC).strftime("%H:%M:%S") for s in first}
+        section = page.split(f"<h3>{group} &middot;")[1].split('<div class="group">')[0]
+        worst = section.split("Worst moments")[1].split("</table>")[0] if "Worst moments" in section else ""
+        shown = set(re.findall(r"<tr><td>(\d\d:\d\d:\d\d)</td>", worst))
+        assert shown and not shown & startup, (group, shown, startup)
+    assert summary["daemons_stopped"] == ["a", "b", "c"] and summary["daemons_left"] == []
+    assert "Daemons stopped (a clean shutdown" in page
