@@ -371,8 +371,8 @@ def assemble(rows: list[SeriesRow], w0: int, width: int) -> ChunkMatrix:
         _scatter(reports, tick, A, T, L, Q, di[r.daemon_key], lo - r.b0, lo - w0, hi - lo, r.n, nruns, values,
                  starts, dense, np.array([slot[k] for k in present], np.int64),
                  np.array([slot[k] for k in union if not r.dims >> k & 1], np.int64))
-    return ChunkMatrix(w0, daemons, accounted, reports, tick, {k: A[slot[k]] for k in union}, {k: T[slot[k]] for k in union},
-                       {k: L[slot[k]] for k in union}, {k: Q[slot[k]] for k in union})
+    return ChunkMatrix(w0, daemons, accounted, reports, tick, {k: A[slot[k]] for k in union},
+                       {k: T[slot[k]] for k in union}, {k: L[slot[k]] for k in union}, {k: Q[slot[k]] for k in union})
 
 
 def forward_fill_index(reported: np.ndarray, w0: int, group_ttl: int,
