@@ -236,6 +236,19 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
     icounts = np.ascontiguousarray(seg.counts, dtype=np.int64)
     counts = icounts.astype(np.float64)
     limits = np.ascontiguousarray(seg.limits, dtype=np.float64)
+    if accounted:
+        # Each collect's counts over the buckets its span covers, in proportion: a tick that ran
+        # late puts its counts where they happened, not two ticks' worth in one bucket. The
+        # exact totals take each row once (its first piece).
+        row, bucket, tick, weight, first = spread_over_buckets(R[rep, R_PUB_MS].astype(np.float64), tick,
+                                                               grid.grid_ms)
+        kid_all = kid_all[row]
+        counts = counts[row] * weight[:, None]
+        icounts = np.where(first[:, None], icounts[row], 0)
+        limits = limits[row]
+        bmin = int(bucket.min())
+        nb = int(bucket.max()) - bmin + 1
+        bidx_all = bucket - bmin
     tot_keys, tot_counts = [], []
     # dimensions with traffic or a quota anywhere in the segment: the others would scatter zeros
     dim_ids = np.array([d for d, ((a, t), (_, q)) in enumerate(zip(COUNT_OF, LIMIT_OF))
@@ -275,6 +288,42 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
     totals_out = {"group": guniq[keys // duniq.size], "daemon": duniq[keys % duniq.size],
                   "counts": np.array(tot_counts, np.int64).reshape(keys.size, icounts.shape[1])}
     return out, totals_out
+
+
+MAX_SPREAD_BUCKETS = 3600  # a collect's span over more buckets than this goes into the last ones
+
+
+def spread_over_buckets(end_ms: np.ndarray, span_ms: np.ndarray, grid_ms: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows whose counts cover (end - span, end] in ms, cut at bucket borders: per piece its row,
+    bucket, length (ms), share of the row's span, and whether it is the row's first piece.
+    Pieces come in row order, and within a row by bucket."""
+    end = np.asarray(end_ms, np.float64)
+    span = np.maximum(np.asarray(span_ms, np.float64), 1e-3)
+    start = end - span
+    last = np.floor_divide(end - 1e-6, grid_ms).astype(np.int64)
+    b0 = np.maximum(np.floor_divide(start, grid_ms).astype(np.int64), last - (MAX_SPREAD_BUCKETS - 1))
+    start = np.maximum(start, b0 * float(grid_ms))
+    rows, buckets, lengths = [], [], []
+    for k in range(int((last - b0).max()) + 1 if end.size else 0):
+        sel = np.flatnonzero(last - b0 >= k)
+        b = b0[sel] + k
+        lo = np.maximum(start[sel], b * float(grid_ms))
+        hi = np.minimum(end[sel], (b + 1) * float(grid_ms))
+        rows.append(sel)
+        buckets.append(b)
+        lengths.append(np.maximum(hi - lo, 0.0))
+    row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    bucket = np.concatenate(buckets) if buckets else np.zeros(0, np.int64)
+    length = np.concatenate(lengths) if lengths else np.zeros(0)
+    order = np.argsort(row, kind="stable")
+    row, bucket, length = row[order], bucket[order], length[order]
+    total = np.zeros(end.size)
+    np.add.at(total, row, length)
+    weight = length / np.where(total[row] > 0, total[row], 1.0)
+    first = np.ones(row.size, np.bool_)
+    first[1:] = row[1:] != row[:-1]
+    return row, bucket, np.where(length > 0, length, 1e-3), weight, first
 
 
 @dataclass(slots=True)
@@ -412,6 +461,7 @@ __all__ = [
     "assemble",
     "forward_fill_index",
     "pack_blob",
+    "spread_over_buckets",
     "segment_series",
     "unpack_blob"
 ]
