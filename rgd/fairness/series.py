@@ -461,7 +461,7 @@ __all__ = [
     "assemble",
     "forward_fill_index",
     "pack_blob",
-    "spread_over_buckets",
     "segment_series",
+    "spread_over_buckets",
     "unpack_blob"
 ]
