@@ -74,9 +74,9 @@ def status_table(groups: list[str], quota: float, daemons: list[str], offered: d
     if second is None:
         second = max(0, int(elapsed) - 1)
     phase = int(second // PHASE_SECONDS) + 1
-    mark = f"  \u25c6 load shifted at {second} s" if shift_at(second) else ""
+    mark = f"\n\u25c6 the load shifted at {second} s" if shift_at(second) else ""
     t = Table(title=f"rgd up: {len(daemons)} daemons, t={elapsed:.0f}s (Ctrl-C to stop)",
-              caption=f"messages/s in second {second}-{second + 1} of the load (phase {phase}){mark}")
+              caption=f"messages/s in second {second}-{second + 1} (phase {phase}){mark}")
     t.add_column("group")
     t.add_column("daemon")
     for name in ("demand", "limit", "admitted"):
@@ -166,6 +166,10 @@ async def _live(ns: argparse.Namespace, groups: list[str], daemons: list[DaemonP
             limits.pop(second - 5, None)
     if table is not None and not console.is_terminal and printed is not table:
         console.print(table)  # a pipe gets the last state too, however short the run
+    told = ", ".join(f"{g} {sum(sum(by_key[(gi, di)].admitted.values()) for di in range(n)):,}"
+                     for gi, g in enumerate(groups))
+    console.print(f"allowed answers the brokers got, in all: {told} (the report's totals count the same)",
+                  highlight=False, soft_wrap=True)
     load.cancel()
     sampler.cancel()
     await asyncio.gather(load, sampler, return_exceptions=True)

@@ -307,7 +307,8 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
             keep = list(top.index[:8])
             piv = sh.assign(d=np.where(sh["daemon"].isin(keep), sh["daemon"], "others")) \
                 .pivot_table(index="time_s", columns="d", values="admitted", aggfunc="sum").fillna(0).sort_index()
-            order = [d for d in keep if d in piv.columns] + (["others"] if "others" in piv.columns else [])
+            # In name order, so the layers stack the same way in every group.
+            order = sorted(d for d in keep if d in piv.columns) + (["others"] if "others" in piv.columns else [])
             layers = [(d, piv[d].to_numpy(), colors.get(d, OTHERS_COLOR)) for d in order]
             qx = ct.set_index("time_s")["quota"].reindex(piv.index, method="nearest")
             out.append(stacked_chart(piv.index.to_numpy(), layers, f"{dim}/s", ("quota", qx.to_numpy(), QUOTA_COLOR),
@@ -348,7 +349,8 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
                'plus any clock skew between the two hosts. The receiver folds what arrived within one react '
                'interval (a twentieth of a tick) after that. <b>Staleness</b> is the age of the newest report from '
                'a publisher just before the next one arrives (how old the receiver\'s view of that daemon got): '
-               'about a tick when every tick\'s report arrives, more where reports were suppressed or lost.</p>')
+               'up to about a tick while every tick\'s report arrives (less where early reports come between '
+               'ticks), more where reports were suppressed or lost.</p>')
     out.append(f'<p>Over all receipts: delay mean {fmt(s["delay_ms"]["mean"])} ms, median (p50) '
                f'{fmt(s["delay_ms"]["p50"])}, p99 {fmt(s["delay_ms"]["p99"])}, max {fmt(s["delay_ms"]["max"])}; '
                f'staleness median {fmt(s["staleness_ms"]["p50"])} ms, p99 {fmt(s["staleness_ms"]["p99"])}, '
