@@ -38,6 +38,7 @@ def test_report_lines_say_what_the_report_found():
         "fairness report: /r/report.html",
         "  61 ticks of 1 s from the first report to the last, 3 daemons, 1 groups",
         "  tenant-a: admitted 292/s of 358/s demand (17,788 in all), quota 300/s (worst tick 3.1% over it; 0 ticks "
-        "more than 5% over); Jain index of the daemons' shares 0.971 on average (1 = each daemon got its max-min fair share)",
+        "more than 5% over); Jain index of the daemons' shares 0.971 on average "
+        "(1 = each daemon got its max-min fair share)",
         "  reports: 2 of 540 lost; delay from publish to arrival at a receiver: median 30 ms, mean 512 ms",
     ]
