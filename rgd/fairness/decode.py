@@ -562,7 +562,7 @@ def decode_reports(buf: Buf, pay_off: Arr, pay_len: Arr, gcap: Int, RF: Any, G: 
                     R[r, R_DOFF] = q
                     R[r, R_DLEN] = ln
                     R[r, R_DHASH] = fnv1a(buf, q, ln)
-                else:
+                elif not skip[r]:  # a skipped report's groups are not even parsed
                     if ng >= gcap:
                         return R, gmeta, counts, lims, -1
                     gmeta[ng, G_REP] = r
