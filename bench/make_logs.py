@@ -9,8 +9,9 @@ counts did not change since it was last sent is left out, but sent at least
 every REFRESH_TICKS ticks), and one RECEIPT per report it hears (all D daemons',
 its own included, minus a small random loss), so the logs hold D*G*T accounted
 group rows and about D*D*T receipts. The report's totals must come from the
-accounting: the published reports alone miss every suppressed tick. Segments are byte-for-byte what `rgd.usage_log` writes (same frame
-layout, names, CRC); the bench only writes them faster:
+accounting: the published reports alone miss every suppressed tick. Segments are
+byte-for-byte what `rgd.usage_log` writes (same frame layout, names, CRC); the
+bench only writes them faster:
 
 - a report is built once per daemon and tick from GroupUsage bytes cached by
   value (demand is piecewise constant and admitted converges to the fair share,

@@ -248,7 +248,8 @@ def accounting_summary(metas: list[SegmentMeta], names: dict[int, str], daemons:
         name = names.get(int(key), f"#{key}")
         seen.add(name)
         incs = []
-        for inc, h in g.sort_values("seq").drop_duplicates("seq").groupby("incarnation", sort=True):
+        inc: Any
+        for inc, h in g.drop_duplicates(["incarnation", "seq"]).sort_values("seq").groupby("incarnation", sort=True):
             seq = h["seq"].to_numpy()
             last = h.iloc[-1]
             incs.append({

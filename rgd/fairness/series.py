@@ -240,11 +240,11 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
         # Each collect's counts over the buckets its span covers, in proportion: a tick that ran
         # late puts its counts where they happened, not two ticks' worth in one bucket. The
         # exact totals take each row once (its first piece).
-        row, bucket, tick, weight, first = spread_over_buckets(R[rep, R_PUB_MS].astype(np.float64), tick,
-                                                               grid.grid_ms)
+        row, bucket, tick, weight, first_piece = spread_over_buckets(R[rep, R_PUB_MS].astype(np.float64), tick,
+                                                                     grid.grid_ms)
         kid_all = kid_all[row]
         counts = counts[row] * weight[:, None]
-        icounts = np.where(first[:, None], icounts[row], 0)
+        icounts = np.where(first_piece[:, None], icounts[row], 0)
         limits = limits[row]
         bmin = int(bucket.min())
         nb = int(bucket.max()) - bmin + 1

@@ -42,3 +42,15 @@ def test_report_lines_say_what_the_report_found():
         "(1 = each daemon got its max-min fair share)",
         "  reports: 2 of 540 lost; delay from publish to arrival at a receiver: median 30 ms, mean 512 ms",
     ]
+
+
+def test_status_table_says_which_second_and_marks_a_shift():
+    def caption(second: int) -> str:
+        table = status_table(["tenant-a"], 300, ["daemon-1"], offered={(0, 0): 36}, admitted={(0, 0): 36},
+                             shares={("tenant-a", "daemon-1"): 40.0}, elapsed=second + 1.2, second=second)
+        console = Console(record=True, width=100)
+        console.print(table)
+        return console.export_text()
+
+    assert "second 9-10 (phase 1)" in caption(9) and "shifted" not in caption(9)
+    assert "second 10-11 (phase 2)" in caption(10) and "◆ the load shifted at 10 s" in caption(10)
