@@ -354,8 +354,8 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
     out.append(f'<p>Over all receipts: delay mean {fmt(s["delay_ms"]["mean"])} ms, median (p50) '
                f'{fmt(s["delay_ms"]["p50"])}, p99 {fmt(s["delay_ms"]["p99"])}, max {fmt(s["delay_ms"]["max"])}; '
                f'staleness median {fmt(s["staleness_ms"]["p50"])} ms, p99 {fmt(s["staleness_ms"]["p99"])}, '
-               f'max {fmt(s["staleness_ms"]["max"])}. The chart shows, per tick, the mean and the max over that '
-               'tick\'s receipts.</p>')
+               f'max {fmt(s["staleness_ms"]["max"])}. The charts show, per tick, the mean and the max delay of that '
+               'tick\'s receipts, and the largest staleness.</p>')
     if delay_ticks is not None and len(delay_ticks):
         dt = delay_ticks.groupby("bucket").agg(n=("n", "sum"), s=("delay_sum", "sum"), mx=("delay_max", "max"),
                                                st=("stale_max", "max")).reset_index()

@@ -20,11 +20,12 @@ from rgd.fairness.options import ReportOptions
 from rgd.fairness.receipts import quantile_from_hist
 from rgd.fairness.series import Grid
 
-__all__ = ["STARTUP_TICKS", "SummaryInputs", "build_summary", "daemon_endings", "fold_small", "jsonable",
+__all__ = ["ENDING_TICKS", "STARTUP_TICKS", "SummaryInputs", "build_summary", "daemon_endings", "fold_small", "jsonable",
            "pick_charted"]
 
 
 STARTUP_TICKS = 2  # a group's first ticks: never among its worst moments
+ENDING_TICKS = 1  # ... nor its last (daemons stopping: the last counts cover part of a tick)
 
 
 def fold_small(small: list[tuple[str, dict[str, Any]]], opts: ReportOptions, tick_s: float = 1.0
@@ -33,7 +34,8 @@ def fold_small(small: list[tuple[str, dict[str, Any]]], opts: ReportOptions, tic
 
     The worst ticks leave out a group's first STARTUP_TICKS ticks: daemons are starting, their
     first counts cover part of a tick and no share has been computed yet, so those ticks say
-    how the run began, not how well the cluster enforces (they are in ticks.parquet)."""
+    how the run began, not how well the cluster enforces (they are in ticks.parquet); and its
+    last ENDING_TICKS, where the daemons stop within the tick."""
     acc: dict[tuple[str, str], dict[str, Any]] = {}
     tb, wr, cv = [], [], []
     for group, by_dim in small:
@@ -84,9 +86,11 @@ def fold_small(small: list[tuple[str, dict[str, Any]]], opts: ReportOptions, tic
             overshoot_ratio_max=("overshoot_ratio_max", "max"))
     worst = pd.concat(wr, ignore_index=True) if wr else pd.DataFrame()
     if len(worst):
-        first = {key: t["first_s"] for key, t in acc.items()}
-        start = np.array([first[(g, d)] for g, d in zip(worst["group"], worst["dim"])], dtype=float)
-        worst = worst[worst["time_s"].to_numpy(float) >= start + STARTUP_TICKS * tick_s - 1e-9]
+        keys = list(zip(worst["group"], worst["dim"]))
+        start = np.array([acc[k]["first_s"] for k in keys], dtype=float)
+        end = np.array([acc[k]["last_s"] for k in keys], dtype=float)
+        at = worst["time_s"].to_numpy(float)
+        worst = worst[(at >= start + STARTUP_TICKS * tick_s - 1e-9) & (at <= end - ENDING_TICKS * tick_s + 1e-9)]
         worst = (worst.sort_values(["group", "dim", "score"], ascending=[True, True, False])
                  .groupby(["group", "dim"]).head(10).reset_index(drop=True))
     conv = pd.concat(cv, ignore_index=True) if cv else pd.DataFrame(
