@@ -20,8 +20,8 @@ from rgd.fairness.options import ReportOptions
 from rgd.fairness.receipts import quantile_from_hist
 from rgd.fairness.series import Grid
 
-__all__ = ["ENDING_TICKS", "STARTUP_TICKS", "SummaryInputs", "build_summary", "daemon_endings", "fold_small", "jsonable",
-           "pick_charted"]
+__all__ = ["ENDING_TICKS", "STARTUP_TICKS", "SummaryInputs", "build_summary", "daemon_endings", "fold_small",
+           "jsonable", "pick_charted"]
 
 
 STARTUP_TICKS = 2  # a group's first ticks: never among its worst moments
