@@ -44,14 +44,18 @@ class TickAccounting:
 
     def record(self, collected: Mapping[tuple[str, str], Collected], states: Mapping[tuple[str, str], KindState],
                groups: Mapping[str, ResourceGroup], now_ms: int) -> tuple[bytes, Cumulative]:
-        """The record of one collect (its bytes) and the running totals with it."""
+        """The record of one collect (its bytes) and the running totals with it.
+
+        Reads `states` only by key, for the limits (a collect holds every key the limiter
+        had): it may run in another thread while the limiter goes on, and a limit set
+        meanwhile is a limit of the next instant, no count changes."""
         self.sequence += 1
         report = UsageReport(daemon_id=self.daemon_id, sequence=self.sequence, publish_time_ms=now_ms,
                              tick_ms=max(1, min(now_ms - self._last_ms, 2**32 - 1)), incarnation=self.incarnation,
                              complete=True)
         self._last_ms = now_ms
         adm_m, adm_b, thr_m, thr_b = self.cumulative
-        for entry in group_entries(collected, states, groups).values():
+        for entry in group_entries(collected, states, groups, sorted({g for g, _ in collected})).values():
             for kind in (getattr(entry, k) for k in KINDS):
                 adm_m += kind.admitted_messages
                 adm_b += kind.admitted_bytes

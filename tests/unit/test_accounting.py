@@ -123,3 +123,32 @@ def test_a_log_without_accounting_is_published_reports_only(tmp_path: Path) -> N
     assert meta.totals["counts"][:, 0].tolist() == [9]
     summary = accounting_summary([meta], meta.names, ["old"])
     assert summary["source"] == "published reports only" and summary["daemons_published_only"] == ["old"]
+
+
+async def test_the_daemon_builds_large_records_off_the_loop_in_order(tmp_path: Path) -> None:
+    from rgd.config.file import parse_config
+    from rgd.config.settings import Settings
+    from rgd.daemon.wiring import ACCOUNT_INLINE_KEYS, Daemon
+
+    n = ACCOUNT_INLINE_KEYS + 100
+    doc = "resourcegroups:\n" + "".join(f"  g{i}: {{publishRateInMsgs: 5}}\n" for i in range(n))
+    daemon = Daemon(Settings(id="big", log_dir=str(tmp_path / "log"), data_dir=str(tmp_path / "data")),
+                    parse_config(doc.encode(), str(tmp_path / "rgd.yaml")))
+    daemon._open_usage_log()
+    groups = daemon.config.effective.groups
+    allowed = 0
+    for tick in range(3):
+        for i in range(n):
+            allowed += _ask(daemon.limiter, groups[f"g{i}"], 2 + tick, float(tick))
+        daemon.limiter.collect()  # as the tick does: the record is built in a worker thread
+    assert daemon._accounting_pending  # not on the loop
+    allowed += _ask(daemon.limiter, groups["g0"], 1, 3.0)
+    await daemon._account_final()
+    assert daemon.usage_log is not None
+    daemon.usage_log.close()
+    frames = [f for seg in sorted((tmp_path / "log").glob("big-*.seg")) for f in read_segment(seg)[0]]
+    acct = [f for f in frames if f.metadata.kind == LogEntryMetadata.ACCOUNTING]
+    assert [UsageReport.FromString(f.payload).sequence for f in acct] == [1, 2, 3, 4]
+    assert [f.metadata.final for f in acct] == [False, False, False, True]
+    assert acct[-1].metadata.cumulative_admitted_messages == allowed
+    assert sum(g.publish.admitted_messages for f in acct for g in UsageReport.FromString(f.payload).groups) == allowed
