@@ -10,8 +10,10 @@ by bench/make_logs.py and reused while the parameters match). Target: at
 least 600 000 group rows/s through `run_report` on local[2], end to end
 (Spark start-up, decode, analysis, every output written).
 
-Checks (all must hold): the admitted totals per group equal what the
-generator wrote; every receipt is counted; the lost reports the report finds
+Checks (all must hold, or the script exits 1): the admitted and throttled totals
+per group equal what the generator wrote (its logs suppress unchanged groups in
+the published reports, as daemons do: the totals must come from the tick
+accounting); every receipt is counted; the lost reports the report finds
 equal the receipts the generator dropped between the first and the last
 report each receiver heard from each publisher. A drop before a receiver's
 first or after its last report from a publisher leaves no gap in the
@@ -45,6 +47,8 @@ from make_logs import generate
 
 from rgd.fairness.decode import decode_segment_python
 
+GENERATOR = 2  # bench/make_logs.py's format: logs of an older one are generated again (2: tick accounting)
+
 
 def ensure_logs(logs: Path, daemons: int, groups: int, ticks: int, segment_mib: int) -> dict:
     """Generate the logs unless `logs` already holds the same set (bench-info.json)."""
@@ -52,7 +56,7 @@ def ensure_logs(logs: Path, daemons: int, groups: int, ticks: int, segment_mib: 
     info_path = logs / "bench-info.json"
     if info_path.exists():
         info = json.loads(info_path.read_text())
-        if info.get("params") == want and "receipts_lost_between_heard" in info:
+        if info.get("params") == want and info.get("generator") == GENERATOR:
             print(f"[bench] reusing {logs} ({info['bytes'] / 1e9:.2f} GB, {info['segments']} segments)",
                   file=sys.stderr)
             return info
@@ -61,6 +65,7 @@ def ensure_logs(logs: Path, daemons: int, groups: int, ticks: int, segment_mib: 
     print(f"[bench] generating {daemons} x {groups} x {ticks} into {logs}", file=sys.stderr)
     info = generate(logs, daemons, groups, ticks, segment_bytes=segment_mib << 20)
     info["params"] = want
+    info["generator"] = GENERATOR
     info_path.write_text(json.dumps(info))
     return info
 
@@ -122,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         "checks": {"admitted_totals_match": all(
             summary["groups"][g]["totals"]["publish_messages_admitted"] == v
             for g, v in info["expected"]["admitted_messages"].items()),
+            "throttled_totals_match": all(
+            summary["groups"][g]["totals"]["publish_messages_throttled"] == v
+            for g, v in info["expected"]["throttled_messages"].items()),
+            "accounting_source": summary["accounting"]["source"],
             "receipts_match": summary["input"]["receipts"] == info["receipts"],
             "lost_match": summary["loss"]["lost"] == info["receipts_lost_between_heard"],
             "lost_reports": summary["loss"]["lost"],
@@ -130,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     result["checks_hold"] = all(v for k, v in result["checks"].items() if k.endswith("_match"))
     print(json.dumps(result, indent=2))
-    return 0
+    return 0 if result["checks_hold"] else 1
 
 
 if __name__ == "__main__":

@@ -2,11 +2,16 @@
 
 Usage: python bench/make_logs.py OUT_DIR [--daemons 100] [--groups 100] [--ticks 3600]
 
-Every daemon writes one PUBLISHED frame per tick (a report of all G groups)
-and one RECEIPT per report it hears (all D daemons', its own included, minus a
-small random loss), so the logs hold D*G*T group rows and about D*D*T
-receipts. Segments are byte-for-byte what `rgd.usage_log` writes (same frame
-layout, names, CRC); the bench only writes them faster:
+Every daemon writes, per tick, its tick accounting (an ACCOUNTING frame with the
+counts of all G groups, rgd.usage_log.accounting), then the report it publishes
+(a PUBLISHED frame marked `accounted`, with PIP-82's suppression: a group whose
+counts did not change since it was last sent is left out, but sent at least
+every REFRESH_TICKS ticks), and one RECEIPT per report it hears (all D daemons',
+its own included, minus a small random loss), so the logs hold D*G*T accounted
+group rows and about D*D*T receipts. The report's totals must come from the
+accounting: the published reports alone miss every suppressed tick. Segments are
+byte-for-byte what `rgd.usage_log` writes (same frame layout, names, CRC); the
+bench only writes them faster:
 
 - a report is built once per daemon and tick from GroupUsage bytes cached by
   value (demand is piecewise constant and admitted converges to the fair share,
@@ -43,6 +48,7 @@ from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 
 T0_MS = 1_700_000_000_000
 MSG_BYTES = 1000
+REFRESH_TICKS = 10  # a suppressed group is sent again at least this often
 
 
 @njit(cache=True, nogil=True)
@@ -216,6 +222,9 @@ def generate(out_dir: str | Path, daemons: int = 100, groups: int = 100, ticks: 
         sink = SegmentSink(out, names[d], segment_bytes)
         writer = np.frombuffer(names[d].encode(), np.uint8)
         prev_adm = np.zeros(groups, np.int64)
+        sent = np.full((groups, 2), -1, np.int64)  # per group: the (admitted, throttled) last published
+        sent_at = np.zeros(groups, np.int64)
+        cumulative = np.zeros(4, np.int64)
         first_heard = np.zeros(daemons, np.int64)  # per publisher: first and last sequence d heard, and how many
         last_heard = np.zeros(daemons, np.int64)
         heard = np.zeros(daemons, np.int64)
@@ -234,11 +243,22 @@ def generate(out_dir: str | Path, daemons: int = 100, groups: int = 100, ticks: 
             pub_ms = T0_MS + t * tick_ms + int(offsets[d])
             head = UsageReport(daemon_id=names[d], sequence=t + 1, publish_time_ms=pub_ms, tick_ms=tick_ms,
                                incarnation=inc).SerializeToString()
-            report = head + b"".join(
-                _group_field(cache, (gnames[g], int(adm[g]), int(thr[g]), float(lim[g]), float(quota[g])))
-                for g in range(groups))
+            fields = [_group_field(cache, (gnames[g], int(adm[g]), int(thr[g]), float(lim[g]), float(quota[g])))
+                      for g in range(groups)]
+            cumulative += (int(adm.sum()), int(adm.sum()) * MSG_BYTES, int(thr.sum()), int(thr.sum()) * MSG_BYTES)
+            meta = LogEntryMetadata(kind=LogEntryMetadata.ACCOUNTING, write_time_us=(pub_ms + 1) * 1000,
+                                    daemon_id=names[d], log_index=sink.index,
+                                    cumulative_admitted_messages=int(cumulative[0]),
+                                    cumulative_admitted_bytes=int(cumulative[1]),
+                                    cumulative_throttled_messages=int(cumulative[2]),
+                                    cumulative_throttled_bytes=int(cumulative[3]))
+            sink.write(encode_frame(meta, head + b"".join(fields)), 1)
+            moved = ((sent[:, 0] != adm) | (sent[:, 1] != thr) | (t - sent_at >= REFRESH_TICKS))
+            sent[moved, 0], sent[moved, 1], sent_at[moved] = adm[moved], thr[moved], t
+            report = head + b"".join(fields[g] for g in np.flatnonzero(moved).tolist())
             now_us = (pub_ms + 2) * 1000
-            meta = LogEntryMetadata(kind=1, write_time_us=now_us, daemon_id=names[d], log_index=sink.index)
+            meta = LogEntryMetadata(kind=LogEntryMetadata.PUBLISHED, write_time_us=now_us, daemon_id=names[d],
+                                    log_index=sink.index, accounted=True)
             sink.write(encode_frame(meta, report), 1)
             keep = rng.random(daemons) >= loss
             pubs = np.flatnonzero(keep).astype(np.int64)

@@ -70,6 +70,12 @@ class ReportLog(Protocol):
 
     def tick(self, node_id: str, now: float) -> None: ...
 
+    def attach(self, node: SimNode) -> None:
+        """A daemon started: log its tick accounting (each collect of its limiter) from now on."""
+
+    def detach(self, node: SimNode, graceful: bool) -> None:
+        """A daemon stopped (`graceful`: its final accounting is logged) or crashed (not)."""
+
     def close(self) -> None: ...
 
 
@@ -208,6 +214,8 @@ class Simulation:
             react_seconds=TICK_SECONDS / self.scenario.substeps,
             resume=before[-1].node.resume_state() if before else None,
         )
+        if self.log is not None:
+            self.log.attach(self.nodes[node_id])
 
     def _remove(self, node_id: str, graceful: bool, where: str) -> None:
         node = self.nodes.get(node_id)
@@ -216,6 +224,8 @@ class Simulation:
         del self.nodes[node_id]
         if graceful:
             node.leave(self.now)  # to the others only: a stopped daemon hears nothing
+        if self.log is not None:
+            self.log.detach(node, graceful)
         self.retired.append(node)
         for key in [k for k in self._arrivals if k[0] == node_id]:
             del self._arrivals[key]

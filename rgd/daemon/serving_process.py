@@ -286,6 +286,9 @@ class ServingProcess:
         self._stopping = True
         if self._link is not None and self._cluster is not None and self._cluster.running:
             try:
+                # Every count handed over before the stop: the cluster process logs them in its
+                # final accounting (rgd.usage_log.accounting) before its usage log closes.
+                self._link.send(("counts", self.limiter.take_counts()))
                 self._link.send(("stop",))
                 await self._link.drain()
             except (ConnectionError, RuntimeError):

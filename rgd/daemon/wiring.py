@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +37,14 @@ from rgd.config.reload import ConfigReloader
 from rgd.config.settings import Settings
 from rgd.config.store import ConfigChange, ConfigStore
 from rgd.daemon.gc_pacing import GcPacer
-from rgd.limiting.limiter import Limiter
+from rgd.limiting.limiter import Collected, Limiter
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import INF
 from rgd.transport.broker_liveness import BrokerLiveness, echo_deadline
 from rgd.transport.embedded_broker import EmbeddedBroker, start_or_join
 from rgd.transport.session import PulsarSession
 from rgd.usage_log import UsageLog
+from rgd.usage_log.accounting import Cumulative, TickAccounting
 from rgd.usage_log.guard import LogGuard
 from rgd.usage_log.resume import resume_from_log
 from rgd.wire.usage_report_pb2 import UsageReport
@@ -53,6 +55,7 @@ MAX_INBOX = 10_000  # reports waiting to be folded; beyond this the oldest are d
 # ... and beyond this many bytes (of the entries we fold, as vetted on arrival): a daemon
 # that falls behind would otherwise hold reports it will fold too late anyway.
 MAX_INBOX_BYTES = 64 * 1024 * 1024
+ACCOUNT_INLINE_KEYS = 500  # (group, kind)s a collect may hold for its accounting record to be built on the loop
 REACTS_PER_TICK = 20  # between ticks: fold, early reports, recompute what changed, this often
 MEMBER_ADMISSIONS_PER_TICK = 2.0  # unsigned reports: new daemon ids admitted per tick after a burst of 8
 INLINE_GROUPS = 250  # a recompute of more groups runs the calculator off the event loop, this many at a time
@@ -118,6 +121,13 @@ class Daemon:
         self.limiter.shadow_all = settings.shadow
         # The live fairness gauges (rgd.api.fairness_gauges) and the tick they were computed at.
         self._fairness: tuple[int, dict[tuple[str, str, str], Fairness]] = (-1, {})
+        # Every collect of the limiter (the tick's, in the node) is logged as this tick's accounting,
+        # whatever the tick then publishes: the log's account of what brokers were told.
+        self.accounting = TickAccounting(settings.id, self.incarnation, self.incarnation)
+        self.limiter.on_collect = self._account
+        # Large records are built off the loop, one at a time and in order (see _account).
+        self._accounting_pool = ThreadPoolExecutor(1, thread_name_prefix="rgd-accounting")
+        self._accounting_pending: list[asyncio.Future[tuple[bytes, Cumulative]]] = []
         self.admin_tokens = _load_tokens(settings.admin_tokens_file)
         self.last_local_rates: dict[tuple[str, str], tuple[float, float]] = {}
         self.inbox: asyncio.Queue[Inbound] = asyncio.Queue(MAX_INBOX)
@@ -254,6 +264,7 @@ class Daemon:
         if session is not None:
             await session.close()
         await self.listeners.close()
+        await self._account_final()
         usage_log, self.usage_log = self.usage_log, None
         self.log_guard = None
         if usage_log is not None:
@@ -270,9 +281,53 @@ class Daemon:
         self.usage_log = UsageLog(
             s.log_dir, s.id, segment_max_bytes=s.log_segment_bytes, segment_max_age_s=s.log_segment_age,
             archive_uri=s.archive_uri or None, retention_s=s.log_retention,
-            keep_receipt_payloads=s.log_receipt_payloads,
+            keep_receipt_payloads=s.log_receipt_payloads, accounting=True,
         )
         self.log_guard = LogGuard(self.usage_log)
+
+    def _account(self, collected: dict[tuple[str, str], Collected]) -> None:
+        """Log what a collect of the limiter took (rgd.usage_log.accounting), at once while it is
+        small. At PIP-82's scale the record (an entry per group, 5 000 of them) takes ~150 ms
+        to build, which the loop answering brokers must not wait for: it is built in a worker
+        thread from the collect (a fresh dict nobody else touches) and the limits in force,
+        and appended on the loop when done, in order. A crash meanwhile loses that frame: the
+        log then ends at the previous one, and the report's account of the crash says so."""
+        guard = self.log_guard
+        if guard is None:
+            return  # not started, or stopped: nothing was asked (the listeners open after the log)
+        now_ms = int(time.time() * 1000)
+        groups = self.config.effective.groups
+        if len(collected) <= ACCOUNT_INLINE_KEYS and not self._accounting_pending:
+            guard.append_accounting(*self.accounting.record(collected, self.limiter.states, groups, now_ms))
+            return
+        built = asyncio.get_running_loop().run_in_executor(
+            self._accounting_pool, self.accounting.record, collected, self.limiter.states, groups, now_ms)
+        self._accounting_pending.append(built)
+        built.add_done_callback(self._accounted)
+
+    def _accounted(self, built: asyncio.Future[tuple[bytes, Cumulative]]) -> None:
+        self._accounting_pending.remove(built)
+        if built.cancelled() or self.log_guard is None:
+            return
+        try:
+            record, cumulative = built.result()
+        except Exception:  # a bug, not an I/O fault (the guard takes those): the gap shows in the report
+            log.exception("tick accounting record not built")
+            return
+        self.log_guard.append_accounting(record, cumulative)
+
+    async def _account_final(self) -> None:
+        """The last accounting, once no ask can be answered any more (the listeners are closed):
+        what was admitted since the last tick, marked final (a clean stop), after the records
+        still being built."""
+        self.limiter.on_collect = None
+        if self._accounting_pending:
+            await asyncio.gather(*self._accounting_pending, return_exceptions=True)
+        self._accounting_pool.shutdown(wait=False)
+        if self.log_guard is not None:
+            record, cumulative = self.accounting.record(self.limiter.collect(), self.limiter.states,
+                                                        self.config.effective.groups, int(time.time() * 1000))
+            self.log_guard.append_accounting(record, cumulative, final=True)
 
     def log_lag(self) -> list[tuple[str, str, float]] | None:
         if self.usage_log is None:

@@ -29,7 +29,7 @@ from rgd.devtools.daemon_process import DaemonProcess
 from rgd.devtools.load_generator import RateFn, Stream, StreamStats, run_streams
 from rgd.transport.embedded_broker import start_or_join
 
-__all__ = ["demand_weights", "make_rate", "new_run_dir", "report_lines", "run_showcase", "status_table"]
+__all__ = ["demand_weights", "make_rate", "new_run_dir", "report_lines", "run_showcase", "shift_at", "status_table"]
 
 PHASE_SECONDS = 10.0
 SKEWS = ([0.6, 0.3, 0.1], [0.1, 0.3, 0.6], [0.34, 0.33, 0.33], [0.8, 0.1, 0.1])
@@ -50,19 +50,33 @@ def make_rate(total: float, n: int, daemon: int, group: int) -> RateFn:
 
 
 LEGEND = ("Each group's brokers offer {demand:.0f} msg/s (1.2 x its quota) split unevenly over the daemons; "
-          "the split changes every {phase:.0f} s. demand: messages offered; limit: the daemon's share of the "
-          "group's quota, recomputed every tick from all daemons' demand (max-min fair), or the quota itself "
-          "on the all-daemons row; admitted: messages allowed. Demand above the limit is throttled.")
+          "the split changes every {phase:.0f} s (marked \u25c6 in the table). Every column is one and the same "
+          "completed second: demand: messages offered in it; limit: the daemon's share of the group's quota "
+          "(max-min fair over all daemons' demand, recomputed as demand moves), averaged over that second, or "
+          "the quota itself on the all-daemons row; admitted: messages allowed in it. Demand above the limit is "
+          "throttled; right after a shift the shares take a second or two to follow.")
+LIMIT_SAMPLES_PER_SECOND = 4  # the daemons' limits are read this often, and averaged per second
+
+
+def shift_at(second: int) -> bool:
+    """Whether the load's split changed at the start of `second` (a new phase; not the first)."""
+    return second > 0 and second % int(PHASE_SECONDS) == 0
 
 
 def status_table(groups: list[str], quota: float, daemons: list[str], offered: dict[tuple[int, int], int],
-                 admitted: dict[tuple[int, int], int], shares: dict[tuple[str, str], float], elapsed: float) -> Table:
+                 admitted: dict[tuple[int, int], int], shares: dict[tuple[str, str], float], elapsed: float,
+                 second: int | None = None) -> Table:
     """One row per group (all daemons: quota as the limit) and one per daemon in it.
 
-    offered/admitted: (group index, daemon index) -> messages in the last whole second;
-    shares: (group, daemon id) -> the daemon's local limit, absent when unknown."""
+    offered/admitted: (group index, daemon index) -> messages in `second` (the last completed
+    second since the load started); shares: (group, daemon id) -> the daemon's local limit
+    averaged over that same second, absent when unknown."""
+    if second is None:
+        second = max(0, int(elapsed) - 1)
+    phase = int(second // PHASE_SECONDS) + 1
+    mark = f"\n\u25c6 the load shifted at {second} s" if shift_at(second) else ""
     t = Table(title=f"rgd up: {len(daemons)} daemons, t={elapsed:.0f}s (Ctrl-C to stop)",
-              caption="messages/s in the last second")
+              caption=f"messages/s in second {second}-{second + 1} (phase {phase}){mark}")
     t.add_column("group")
     t.add_column("daemon")
     for name in ("demand", "limit", "admitted"):
@@ -80,11 +94,27 @@ def status_table(groups: list[str], quota: float, daemons: list[str], offered: d
 
 
 def _table(groups: list[str], quota: float, daemons: list[DaemonProcess], stats: dict[tuple[int, int], StreamStats],
-           shares: dict[tuple[str, str], float], elapsed: float) -> Table:
+           limits: dict[int, dict[tuple[str, str], list[float]]], elapsed: float) -> Table:
+    """The last completed second: its demand, admitted and mean limit."""
     second = max(0, int(elapsed) - 1)
     offered = {k: st.offered.get(second, 0) for k, st in stats.items()}
     admitted = {k: st.admitted.get(second, 0) for k, st in stats.items()}
-    return status_table(groups, quota, [d.daemon_id for d in daemons], offered, admitted, shares, elapsed)
+    shares = {k: sum(v) / len(v) for k, v in limits.get(second, {}).items() if v}
+    return status_table(groups, quota, [d.daemon_id for d in daemons], offered, admitted, shares, elapsed, second)
+
+
+async def _sample_limits(groups: list[str], daemons: list[DaemonProcess], t0: float,
+                         into: dict[int, dict[tuple[str, str], list[float]]]) -> None:
+    """Each daemon's limit LIMIT_SAMPLES_PER_SECOND times a second, filed under the second of
+    the load they were read in (until cancelled)."""
+    while True:
+        started = time.monotonic()
+        shares = await asyncio.to_thread(_poll_shares, groups, daemons)
+        second = int((started + time.monotonic()) / 2 - t0)
+        per = into.setdefault(second, {})
+        for key, value in shares.items():
+            per.setdefault(key, []).append(value)
+        await asyncio.sleep(max(0.0, 1.0 / LIMIT_SAMPLES_PER_SECOND - (time.monotonic() - started)))
 
 
 def _poll_shares(groups: list[str], daemons: list[DaemonProcess]) -> dict[tuple[str, str], float]:
@@ -112,24 +142,37 @@ async def _live(ns: argparse.Namespace, groups: list[str], daemons: list[DaemonP
     stats = [StreamStats() for _ in streams]
     by_key = dict(zip(keys, stats))
     load = asyncio.create_task(run_streams(streams, duration, t0, stats))
+    limits: dict[int, dict[tuple[str, str], list[float]]] = {}
+    sampler = asyncio.create_task(_sample_limits(groups, daemons, t0, limits))
     console = _console()
     last_print = 0.0
     table = printed = None
+    shown = -1
     with Live(console=console, auto_refresh=False) if console.is_terminal else _NoLive() as live:
         while not load.done() and not stop.is_set():
-            await asyncio.sleep(1.0)
+            # Just after a whole second of the load ends (and its last limit sample is in).
+            await asyncio.sleep(max(0.05, math.floor(time.monotonic() - t0) + 1.15 - (time.monotonic() - t0)))
             elapsed = time.monotonic() - t0
-            shares = await asyncio.to_thread(_poll_shares, groups, daemons)
-            table = _table(groups, ns.quota, daemons, by_key, shares, elapsed)
+            second = int(elapsed) - 1
+            if second < 0 or second == shown:
+                continue
+            shown = second
+            table = _table(groups, ns.quota, daemons, by_key, limits, elapsed)
             if isinstance(live, Live):  # (on a terminal)
                 live.update(table, refresh=True)
-            elif elapsed - last_print >= 5:  # CI or a pipe: a table every 5 s
+            elif elapsed - last_print >= 5 or shift_at(second):  # CI or a pipe: every 5 s, and at each shift
                 console.print(table)
                 printed, last_print = table, elapsed
+            limits.pop(second - 5, None)
     if table is not None and not console.is_terminal and printed is not table:
         console.print(table)  # a pipe gets the last state too, however short the run
+    told = ", ".join(f"{g} {sum(sum(by_key[(gi, di)].admitted.values()) for di in range(n)):,}"
+                     for gi, g in enumerate(groups))
+    console.print(f"allowed answers the brokers got, in all: {told} (the report's totals count the same)",
+                  highlight=False, soft_wrap=True)
     load.cancel()
-    await asyncio.gather(load, return_exceptions=True)
+    sampler.cancel()
+    await asyncio.gather(load, sampler, return_exceptions=True)
 
 
 class _NoLive:
@@ -170,7 +213,7 @@ def new_run_dir(parent: Path, now: datetime) -> Path:
 
 def report_lines(summary: dict[str, Any], html_path: Path) -> list[str]:
     """What the fairness report found, in a few sentences (summary.json has it all)."""
-    dims = [(g, d) for g, doc in sorted(summary["groups"].items()) for d in doc["dims"].values()]
+    dims = [(g, dim, d) for g, doc in sorted(summary["groups"].items()) for dim, d in doc["dims"].items()]
     span = summary["span"]
     loss = summary["loss"]
     delay = summary["delay_ms"]
@@ -178,16 +221,21 @@ def report_lines(summary: dict[str, Any], html_path: Path) -> list[str]:
              f"  {span['ticks']} ticks of {summary['grid_ms'] / 1000:g} s from the first report to the last, "
              f"{len(summary['daemons'])} daemons, {len(summary['groups'])} groups"]
     tolerance = summary.get("options", {}).get("tolerance", 0.05)
-    for g, d in dims:
+    for g, dim, d in dims:
         over = d.get("overshoot_ratio_max") or 0.0
+        total = summary["groups"][g].get("totals", {}).get(f"{dim}_admitted")
         lines.append(
-            f"  {g}: admitted {d['admitted_mean']:.0f}/s of {d['demand_mean']:.0f}/s demand,"
+            f"  {g}: admitted {d['admitted_mean']:.0f}/s of {d['demand_mean']:.0f}/s demand"
+            f"{'' if total is None else f' ({total:,} in all)'},"
             f" quota {d['quota_mean']:.0f}/s"
             f" (worst tick {over:.1%} over it; {d['ticks_over_quota']} ticks more than {tolerance:.0%} over);"
             f" Jain index of the daemons' shares {_num(d.get('jain_mean'), '.3f')} on average"
             f" (1 = each daemon got its max-min fair share)")
-    lines.append(f"  reports: {loss['lost']} of {loss['expected']} lost; delay from publish to the receiver applying"
-                 f" it at its next tick: median {_num(delay['p50'], '.0f')} ms, mean {_num(delay['mean'], '.0f')} ms")
+    source = summary.get("accounting", {}).get("source")
+    if source and source != "tick accounting":
+        lines.append(f"  totals: {source} (the logs carry no tick accounting for some daemons)")
+    lines.append(f"  reports: {loss['lost']} of {loss['expected']} lost; delay from publish to arrival at a receiver:"
+                 f" median {_num(delay['p50'], '.0f')} ms, mean {_num(delay['mean'], '.0f')} ms")
     return lines
 
 

@@ -8,7 +8,8 @@ dimension the partial aggregates of the summary, the binned chart series, the
 chunk's worst ticks and its convergence events (`small`). The Spark task
 writes ticks and shares as Parquet files itself and hands back only the
 bounded rest, so the driver never scans the tick table.
-Rates are per second: counts * 1000 / tick_ms of the report in force.
+Rates are per second: counts * 1000 / tick_ms of the report in force, or, for a daemon whose log
+keeps tick accounting, the counts collected in each bucket per grid tick (series.ACCOUNTED_BIT).
 
 Convergence is measured per chunk and stitched across chunks by
 `stitch_convergence`: an event still open at the end of a chunk continues
@@ -195,6 +196,11 @@ def analyze_chunk(group_key: int, chunk: int, rows: list[SeriesRow], ctx: Contex
     tick_at = m.tick_ms[ri, last]
     live &= tick_at > 0
     per_s = np.where(live, 1000.0 / np.where(tick_at > 0, tick_at, 1.0), 0.0)
+    # Counts: a published report's hold until the next one (suppression left the ticks between
+    # out), divided by its own tick; tick accounting's are each bucket's own, per grid tick, so
+    # the per-tick series adds up to the totals exactly. Limits and quotas hold as reported.
+    counted = np.where(m.accounted[:, None], np.arange(W)[None, :], last)
+    count_per_s = np.where(m.accounted[:, None], np.where(live, 1000.0 / g.grid_ms, 0.0), per_s)
     buckets = w0 + np.arange(W)
     in_span = (buckets >= ctx.t_first) & (buckets <= ctx.t_last)
     out_cols = (buckets >= c0) & in_span
@@ -205,8 +211,8 @@ def analyze_chunk(group_key: int, chunk: int, rows: list[SeriesRow], ctx: Contex
     small: dict[str, dict[str, Any]] = {}
     tsec = g.grid_ms / 1000.0
     for k in sorted(m.admitted):
-        adm = m.admitted[k][ri, last] * per_s
-        dem = adm + m.throttled[k][ri, last] * per_s
+        adm = m.admitted[k][ri, counted] * count_per_s
+        dem = adm + m.throttled[k][ri, counted] * count_per_s
         lim = m.limit[k][ri, last]
         quo = np.where(live, m.quota[k][ri, last], np.nan)
         quota = column_median(quo)

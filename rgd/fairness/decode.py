@@ -114,13 +114,14 @@ def kind_slots(group_descriptor: Any, kinds: tuple[str, ...]) -> np.ndarray:
 
 # Fields (rows) of the frame table F[field, frame].
 F_OFF, F_END, F_KIND, F_WRITE_US, F_INDEX, F_DHASH, F_DOFF, F_DLEN, F_RECV_US, F_PHASH, F_POFF, F_PLEN, \
-    F_SEQ, F_INC, F_PUB_MS, F_KEPT, F_PAYOFF, F_PAYLEN = range(18)
-F_COLS = 18
+    F_SEQ, F_INC, F_PUB_MS, F_KEPT, F_ACCOUNTED, F_PAYOFF, F_PAYLEN = range(19)
+F_COLS = 19
 MetaFields = namedtuple("MetaFields", "kind write_time_us daemon_id log_index receive_time_us publisher_id "
-                                      "publisher_sequence publisher_incarnation publish_time_ms payload_kept")
+                                      "publisher_sequence publisher_incarnation publish_time_ms payload_kept "
+                                      "accounted")
 META_FIELDS = field_numbers(MetaFields, LogEntryMetadata.DESCRIPTOR, {
     **{n: "varint" for n in MetaFields._fields}, "daemon_id": "string", "publisher_id": "string"})
-# Columns of the report table R (one row per PUBLISHED frame).
+# Columns of the report table R (one row per PUBLISHED frame, then one per ACCOUNTING frame).
 R_OK, R_DHASH, R_DOFF, R_DLEN, R_SEQ, R_PUB_MS, R_TICK_MS, R_LEAVING, R_INC, R_NGROUPS = range(10)
 R_COLS = 10
 ReportFields = namedtuple("ReportFields", "daemon_id sequence publish_time_ms tick_ms leaving groups incarnation "
@@ -142,6 +143,10 @@ KindFields = namedtuple("KindFields", COUNT_FIELDS + LIMIT_FIELDS)  # type: igno
 KIND_FIELDS = field_numbers(KindFields, KindUsage.DESCRIPTOR,
                             {**{n: "varint" for n in COUNT_FIELDS}, **{n: "double" for n in LIMIT_FIELDS}})
 KIND_PUBLISHED, KIND_RECEIPT = LogEntryMetadata.PUBLISHED, LogEntryMetadata.RECEIPT
+KIND_ACCOUNTING = LogEntryMetadata.ACCOUNTING
+# Per ACCOUNTING frame, from its metadata (DecodedSegment.accounting_meta columns).
+A_ADM_M, A_ADM_B, A_THR_M, A_THR_B, A_FINAL = range(5)
+A_COLS = 5
 MAX_PROBLEMS = 50
 
 
@@ -269,7 +274,7 @@ def decode_metadata(buf: Buf, p: Int, end: Int, F: Arr, i: Int, M: Any) -> bool:
         wt = tag & 7
         if wt == 0 and (fn == M.kind or fn == M.write_time_us or fn == M.log_index or fn == M.receive_time_us
                         or fn == M.publisher_sequence or fn == M.publisher_incarnation
-                        or fn == M.publish_time_ms or fn == M.payload_kept):
+                        or fn == M.publish_time_ms or fn == M.payload_kept or fn == M.accounted):
             v, p = read_varint(buf, p, end)
             if p < 0:
                 return False
@@ -287,6 +292,8 @@ def decode_metadata(buf: Buf, p: Int, end: Int, F: Arr, i: Int, M: Any) -> bool:
                 F[F_INC, i] = v
             elif fn == M.publish_time_ms:
                 F[F_PUB_MS, i] = v
+            elif fn == M.accounted:
+                F[F_ACCOUNTED, i] = 1 if v != 0 else 0
             else:
                 F[F_KEPT, i] = 1 if v != 0 else 0
         elif wt == 2 and (fn == M.daemon_id or fn == M.publisher_id):
@@ -501,11 +508,12 @@ def decode_group(buf: Buf, p: Int, end: Int, G: Any, slots: Arr, K: Any, gmeta: 
 
 @njit(cache=True, nogil=True)
 def decode_reports(buf: Buf, pay_off: Arr, pay_len: Arr, gcap: Int, RF: Any, G: Any, slots: Arr, K: Any,
-                   ncols: Int) -> tuple[Arr, Arr, Arr, Arr, int]:  # pragma: no cover - compiled
+                   ncols: Int, skip: Arr) -> tuple[Arr, Arr, Arr, Arr, int]:  # pragma: no cover - compiled
     """Decode UsageReport payloads (field numbers RF; group and kind numbers G, slots, K).
 
     Returns (R, gmeta, counts, limit bits, ng); ng = -1 if gcap too small.
-    `ncols` = PER_KIND * number of kinds: the width of counts and limits."""
+    `ncols` = PER_KIND * number of kinds: the width of counts and limits. A report with
+    `skip[r]` set gives no group rows (its counts are in the log's ACCOUNTING frames)."""
     nr = pay_off.size
     R = np.zeros((nr, R_COLS), dtype=np.int64)
     gmeta = np.empty((gcap, G_META), dtype=np.int64)  # rows are cleared as they are started
@@ -554,7 +562,7 @@ def decode_reports(buf: Buf, pay_off: Arr, pay_len: Arr, gcap: Int, RF: Any, G: 
                     R[r, R_DOFF] = q
                     R[r, R_DLEN] = ln
                     R[r, R_DHASH] = fnv1a(buf, q, ln)
-                else:
+                elif not skip[r]:  # a skipped report's groups are not even parsed
                     if ng >= gcap:
                         return R, gmeta, counts, lims, -1
                     gmeta[ng, G_REP] = r
@@ -574,7 +582,7 @@ def decode_reports(buf: Buf, pay_off: Arr, pay_len: Arr, gcap: Int, RF: Any, G: 
                 if p < 0:
                     ok = False
                     break
-        if ok and restated:
+        if ok and (restated or skip[r]):
             # A restatement for a new member repeats counts already logged: not new usage.
             ng = start_ng
             R[r, R_OK] = 1
@@ -596,8 +604,12 @@ class DecodedSegment:
     name: str
     size: int
     frames: np.ndarray  # F table, int64 [F_COLS, nf]: one row per field, one column per frame
-    reports: np.ndarray  # R table, int64 [n_published, R_COLS], aligned with published frame rows
+    # R table, int64 [n_published + n_accounting, R_COLS]: rows of the published frames, then of the
+    # accounting frames, in the order of `published` and `accounting`
+    reports: np.ndarray
     published: np.ndarray  # row numbers (into frames) of PUBLISHED frames
+    accounting: np.ndarray  # row numbers of ACCOUNTING frames
+    accounting_meta: np.ndarray  # int64 [n_accounting, A_COLS]: running totals and the final flag
     receipts: np.ndarray  # row numbers of RECEIPT frames
     group_meta: np.ndarray  # int64 [ng, G_META]
     counts: np.ndarray  # int64 [ng, PER_KIND * len(KINDS)]: per kind, COUNT_FIELDS in order
@@ -642,12 +654,15 @@ def decode_segment(data: bytes | bytearray | memoryview | mmap.mmap | np.ndarray
     kinds = F[F_KIND]
     published = np.flatnonzero(kinds == KIND_PUBLISHED)
     receipts = np.flatnonzero(kinds == KIND_RECEIPT)
-    pay_off = F[F_PAYOFF, published]
-    pay_len = F[F_PAYLEN, published]
+    accounting = np.flatnonzero(kinds == KIND_ACCOUNTING)
+    with_counts = np.concatenate([published, accounting])
+    pay_off = F[F_PAYOFF, with_counts]
+    pay_len = F[F_PAYLEN, with_counts]
+    skip = np.concatenate([F[F_ACCOUNTED, published] != 0, np.zeros(accounting.size, np.bool_)])
     gcap = int(pay_len.sum()) // 64 + 16
     while True:
         R, gmeta, counts, lims, ng = decode_reports(buf, pay_off, pay_len, gcap, REPORT_FIELDS, GROUP_FIELDS,
-                                                    KIND_SLOTS, KIND_FIELDS, PER_KIND * len(KINDS))
+                                                    KIND_SLOTS, KIND_FIELDS, PER_KIND * len(KINDS), skip)
         if ng >= 0:
             break
         gcap = 2 * gcap
@@ -655,7 +670,8 @@ def decode_segment(data: bytes | bytearray | memoryview | mmap.mmap | np.ndarray
     idx = F[F_INDEX]
     gaps = np.diff(idx) if nf > 1 else np.zeros(0, np.int64)
     seg = DecodedSegment(
-        name=name, size=n, frames=F, reports=R, published=published, receipts=receipts,
+        name=name, size=n, frames=F, reports=R, published=published, receipts=receipts, accounting=accounting,
+        accounting_meta=accounting_metadata(buf, F, accounting),
         group_meta=gmeta, counts=counts, limits=lims.view(np.float64),
         corrupt_regions=int(stats[1]), bytes_skipped=int(stats[2]), tail_bytes=int(stats[3]),
         frames_lost=int(np.clip(gaps - 1, 0, None).sum()),
@@ -666,13 +682,25 @@ def decode_segment(data: bytes | bytearray | memoryview | mmap.mmap | np.ndarray
         seg.problems.append(f"{name}: {what} of {length} bytes at offset {off} ({REASONS.get(reason, reason)})")
     bad = np.flatnonzero(R[:, R_OK] == 0) if R.size else np.zeros(0, np.int64)
     for r in bad[:MAX_PROBLEMS].tolist():
-        seg.problems.append(f"{name}: report payload does not parse at offset {int(F[F_OFF, published[r]])}")
+        seg.problems.append(f"{name}: report payload does not parse at offset {int(F[F_OFF, with_counts[r]])}")
     _names(buf, F[F_DHASH], F[F_DOFF], F[F_DLEN], seg.names)
     _names(buf, F[F_PHASH, receipts], F[F_POFF, receipts], F[F_PLEN, receipts], seg.names)
     okr = R[R[:, R_OK] == 1] if R.size else R
     _names(buf, okr[:, R_DHASH], okr[:, R_DOFF], okr[:, R_DLEN], seg.names)
     _names(buf, gmeta[:, G_HASH], gmeta[:, G_NOFF], gmeta[:, G_NLEN], seg.names)
     return seg
+
+
+def accounting_metadata(buf: np.ndarray, F: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The running totals and final flag of each ACCOUNTING frame (one a tick per daemon: few
+    enough for the protobuf library)."""
+    out = np.zeros((rows.size, A_COLS), np.int64)
+    for i, r in enumerate(rows.tolist()):
+        start = int(F[F_OFF, r]) + 8
+        meta = LogEntryMetadata.FromString(bytes(buf[start:int(F[F_PAYOFF, r]) - 4]))
+        out[i] = (meta.cumulative_admitted_messages, meta.cumulative_admitted_bytes,
+                  meta.cumulative_throttled_messages, meta.cumulative_throttled_bytes, int(meta.final))
+    return out
 
 
 def name_key(name: str) -> int:
@@ -698,6 +726,8 @@ def decode_segment_python(data: bytes, name: str = "<segment>") -> tuple[int, in
     sink = 0.0
     for fr in iter_frames(data, stats):
         m = fr.metadata
+        if m.kind == KIND_PUBLISHED and m.accounted:  # its counts are in the ACCOUNTING frames
+            continue
         if m.kind == KIND_RECEIPT:
             receipts += 1
             sink += m.receive_time_us + m.publisher_sequence + m.publisher_incarnation + m.publish_time_ms
@@ -718,8 +748,15 @@ def decode_segment_python(data: bytes, name: str = "<segment>") -> tuple[int, in
 
 
 __all__ = [
+    "A_ADM_B",
+    "A_ADM_M",
+    "A_COLS",
+    "A_FINAL",
+    "A_THR_B",
+    "A_THR_M",
     "COUNT_FIELDS",
     "CRC_TABLES",
+    "F_ACCOUNTED",
     "F_COLS",
     "F_DHASH",
     "F_DLEN",
@@ -747,6 +784,7 @@ __all__ = [
     "G_REP",
     "HAVE_NUMBA",
     "KINDS",
+    "KIND_ACCOUNTING",
     "KIND_FIELDS",
     "KIND_PUBLISHED",
     "KIND_RECEIPT",
@@ -783,6 +821,7 @@ __all__ = [
     "KindFields",
     "MetaFields",
     "ReportFields",
+    "accounting_metadata",
     "count_frames",
     "crc32",
     "decode_group",

@@ -79,7 +79,8 @@ def decode_partitions(grid: Grid, meta_dir: str, tasks: list[list[tuple[int, str
                 meta = SegmentMeta(uri=uri, size=0, error=f"cannot read: {type(exc).__name__}: {exc}")
                 rows = []
             ctx_part = SegmentMeta(uri=meta.uri, size=meta.size, error=meta.error, names=meta.names,
-                                   headers=meta.headers)
+                                   headers=meta.headers,
+                                   accounting={"pub_ms": meta.accounting["pub_ms"]} if meta.accounting else {})
             put_pickle(f"{meta_dir}/{seg_id:07d}.ctx.pkl", ctx_part)
             put_pickle(f"{meta_dir}/{seg_id:07d}.meta.pkl", meta)
             for i in range(0, len(rows), 64):
@@ -105,8 +106,13 @@ def build_context(metas: list[SegmentMeta], grid: Grid, opts: ReportOptions
     names: dict[int, str] = {}
     for m in metas:
         names.update(m.names)
-    headers = headers_frame([m for m in metas if m.error is None])
-    mem = membership(headers, grid.grid_ms, opts.member_ttl_ticks)
+    good = [m for m in metas if m.error is None]
+    headers = headers_frame(good)
+    # The span covers the tick accounting too: a daemon's last accounting (its stop) may come
+    # after its last report, and those counts belong in the per-tick series.
+    acct_ms = [m.accounting["pub_ms"] for m in good if m.accounting and len(m.accounting.get("pub_ms", ()))]
+    extent = (int(min(a.min() for a in acct_ms)), int(max(a.max() for a in acct_ms))) if acct_ms else None
+    mem = membership(headers, grid.grid_ms, opts.member_ttl_ticks, extent)
     span = max(mem.t_last - mem.t_first + 1, 0)
     ctx = Context(grid, opts.group_ttl_ticks, mem.t_first, mem.t_last,
                   bin_ticks(span, opts.share_bins, grid.chunk_ticks), names, mem.barriers, mem.members_n,

@@ -22,6 +22,12 @@ Values = Union[Sequence[float], np.ndarray, "pd.Series[float]"]
 
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac"]
+QUOTA_COLOR = "#e15759"  # the quota, on every chart; no daemon is ever drawn in it
+# One colour per daemon for the whole page (the same daemon, the same colour in every group):
+# no red or pink, which read as the quota, and no grey, which is "others".
+DAEMON_PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#17becf",
+                  "#8c564b", "#1f3b73", "#6b8e23", "#c49c94"]
+OTHERS_COLOR = "#bab0ac"
 W, H = 575, 230
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 10, 24, 30
 
@@ -70,6 +76,11 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return out
 
 
+def daemon_colors(daemons: Sequence[str]) -> dict[str, str]:
+    """Each daemon's colour, fixed for the page: by its place among all the run's daemons, sorted."""
+    return {d: DAEMON_PALETTE[i % len(DAEMON_PALETTE)] for i, d in enumerate(sorted(set(daemons)))}
+
+
 def time_label(t: float, span: float) -> str:
     d = datetime.fromtimestamp(t, tz=UTC)
     return d.strftime("%H:%M:%S" if span < 86400 else "%m-%d %H:%M")
@@ -109,7 +120,10 @@ class Frame:
         span = self.x1 - self.x0
         for v in nice_ticks(self.x0, self.x1, 6):
             xx = self.x(v)
-            parts.append(f'<text x="{xx:.1f}" y="{self.h - 10}" class="xl">{esc(time_label(v, span))}</text>')
+            # A label centred on the plot's right (or left) edge would run out of the picture.
+            anchor = ("end" if xx > self.w - PAD_R - 24 else "start" if xx < PAD_L + 24 else "middle")
+            parts.append(f'<text x="{xx:.1f}" y="{self.h - 10}" class="xl" text-anchor="{anchor}">'
+                         f'{esc(time_label(v, span))}</text>')
         parts.append(f'<text x="{PAD_L}" y="{PAD_T - 8}" class="yt">{esc(y_label)}</text>')
         return "".join(parts)
 
@@ -163,8 +177,8 @@ def stacked_chart(xs: Values, layers: list[tuple[str, Values, str]], y_label: st
         px = fr.x(x)
         up = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(px, fr.y(hi_y)))
         down = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(px[::-1], fr.y(lo_y)[::-1]))
-        body.append(f'<path class="area" d="M{up} L{down} Z" fill="{color}" fill-opacity="0.85" stroke="none">'
-                    f'<title>{esc(name)}</title></path>')
+        body.append(f'<path class="area" data-daemon="{esc(name)}" d="M{up} L{down} Z" fill="{color}" '
+                    f'fill-opacity="0.85" stroke="none"><title>{esc(name)}</title></path>')
         legend.append((name, color))
     if overlay is not None:
         name, ys, color = overlay
@@ -207,7 +221,7 @@ text-align:right;white-space:nowrap}th{background:#f4f4f4}td:first-child,th:firs
 figure.chart{margin:8px 8px 8px 0;display:inline-block;vertical-align:top;width:575px}\
 figcaption{font-weight:600;font-size:13px}
 svg .plot{fill:#fff;stroke:#ccc}svg .grid{stroke:#eee}svg text{font-size:10.5px;fill:#555}
-svg .yl{text-anchor:end}svg .xl{text-anchor:middle}svg .yt{font-weight:600}
+svg .yl{text-anchor:end}svg .yt{font-weight:600}
 .legend{font-size:11.5px}summary{cursor:pointer;color:#444}.key{margin-right:10px;white-space:nowrap}\
 .key i{display:inline-block;width:10px;
 height:10px;margin-right:4px;vertical-align:middle}.bad{color:#b00020}.group{border-top:2px solid #eee;margin-top:20px}
@@ -235,6 +249,7 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
                   conv: pd.DataFrame, delay_ticks: pd.DataFrame, daemons: pd.DataFrame, charted: list[str]) -> str:
     """The whole page from the summary and the (already small) chart tables."""
     s = summary
+    colors = daemon_colors(list(s["daemons"]) + (list(chart_shares["daemon"].unique()) if len(chart_shares) else []))
     dmg = s["damage"]
     inp = s["input"]
     loss: dict[str, Any] = s["loss"]
@@ -258,6 +273,7 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
         _card("staleness p99 ms", s["staleness_ms"]["p99"]),
         _card("damaged segments", dmg["segments_damaged"], dmg["segments_damaged"] > 0),
     ]) + "</div>")
+    out.append(_accounting_section(s))
     # damage
     out.append("<h2>Log damage</h2>")
     out.append(f'<p>{dmg["corrupt_regions"]} corrupt regions ({dmg["bytes_skipped"]} bytes skipped), '
@@ -270,6 +286,7 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
     out.append("<h2>Charted groups</h2>")
     out.append(f'<p class="muted">{len(charted)} groups with the largest fair error or overshoot; every group is in '
                "the Parquet tables.</p>")
+    out.append(HOW_TO_READ)
     for gname in charted:
         ct = chart_ticks[chart_ticks["group"] == gname] if len(chart_ticks) else chart_ticks
         if ct is None or len(ct) == 0:
@@ -279,7 +296,7 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
         ct = ct[ct["dim"] == dim].sort_values("time_s")
         out.append(f'<div class="group"><h3>{esc(gname)} &middot; {esc(dim)}</h3>')
         x = ct["time_s"].to_numpy()
-        out.append(line_chart(x, [("quota", ct["quota"], "#e15759", True),
+        out.append(line_chart(x, [("quota", ct["quota"], QUOTA_COLOR, True),
                                   ("admitted", ct["admitted"], "#4e79a7", False),
                                   ("demand", ct["demand"], "#bab0ac", True)], f"{dim}/s",
                               title="Quota vs admitted"))
@@ -290,19 +307,20 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
             keep = list(top.index[:8])
             piv = sh.assign(d=np.where(sh["daemon"].isin(keep), sh["daemon"], "others")) \
                 .pivot_table(index="time_s", columns="d", values="admitted", aggfunc="sum").fillna(0).sort_index()
-            order = [d for d in keep if d in piv.columns] + (["others"] if "others" in piv.columns else [])
-            layers = [(d, piv[d].to_numpy(), PALETTE[i % len(PALETTE)]) for i, d in enumerate(order)]
+            # In name order, so the layers stack the same way in every group.
+            order = sorted(d for d in keep if d in piv.columns) + (["others"] if "others" in piv.columns else [])
+            layers = [(d, piv[d].to_numpy(), colors.get(d, OTHERS_COLOR)) for d in order]
             qx = ct.set_index("time_s")["quota"].reindex(piv.index, method="nearest")
-            out.append(stacked_chart(piv.index.to_numpy(), layers, f"{dim}/s", ("quota", qx.to_numpy(), "#222"),
+            out.append(stacked_chart(piv.index.to_numpy(), layers, f"{dim}/s", ("quota", qx.to_numpy(), QUOTA_COLOR),
                                      title="Admitted by daemon (stacked)"))
+        top_y = max(1.0, float(np.nanmax(ct[["jain", "fair_error", "overshoot_ratio_max"]].to_numpy(dtype=float),
+                                         initial=0.0)))
+        # The axis starts a little below 0, so a line that stays at 0 (no overshoot) is drawn
+        # above the plot's frame instead of on it.
         out.append(line_chart(x, [("Jain index", ct["jain"], "#59a14f", False),
                                   ("fair error (x quota)", ct["fair_error"], "#f28e2b", False),
-                                  ("max overshoot (x quota)", ct["overshoot_ratio_max"], "#e15759", True)],
-                              "index", y_min=0.0,
-                              y_max=max(1.0, float(np.nanmax(
-                                  ct[["jain", "fair_error", "overshoot_ratio_max"]].to_numpy(dtype=float),
-                                  initial=0.0))),
-                              title="Fairness"))
+                                  ("max overshoot (x quota)", ct["overshoot_ratio_max"], QUOTA_COLOR, True)],
+                              "index", y_min=-0.04 * top_y, y_max=top_y, title="Fairness"))
         wg = worst[(worst["group"] == gname) & (worst["dim"] == dim)].head(5) if len(worst) else worst
         if wg is not None and len(wg):
             wg = wg.assign(when=[time_label(t, 0) for t in wg["time_s"]])
@@ -312,24 +330,32 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
                 ("n_present", "daemons"), ("daemon", "farthest daemon")]))
         cg = conv[(conv["group"] == gname) & (conv["dim"] == dim)] if len(conv) else conv
         if cg is not None and len(cg):
-            out.append(f'<p>Convergence: {int(cg["converged"].sum())} of {len(cg)} events converged; '
+            done = int(cg["converged"].sum())
+            out.append(f'<p>Convergence: after {len(cg)} events (the start, a daemon joining or leaving, or '
+                       f'demand moving the fair split by over {fmt(s["options"].get("shift_threshold", 0.1))} of '
+                       f'the quota), {done} converged: fair error and overshoot both within '
+                       f'{fmt(s["options"].get("tolerance", 0.05))} of the quota for '
+                       f'{esc(s["options"].get("hold_ticks", 3))} ticks in a row; '
                        f'median {fmt(cg[cg["converged"]]["seconds"].median())} s, '
-                       f'max {fmt(cg[cg["converged"]]["seconds"].max())} s.</p>')
+                       f'max {fmt(cg[cg["converged"]]["seconds"].max())} s. '
+                       f'{len(cg) - done} did not: the next event came first, or the run ended.</p>')
         out.append("</div>")
     # receipts
     out.append("<h2>Reports: loss, delay, staleness</h2>")
     out.append(f'<p>{loss["lost"]} of {loss["expected"]} reports lost between first and last heard '
                f'(ratio {fmt(loss["ratio"])}), {loss["duplicates"]} duplicates.</p>')
-    out.append('<p><b>Delay</b> is the time from a report\'s publish to the receiving daemon logging it, which it '
-               'does when it applies the report at its own next tick: so up to one tick of it is waiting for that '
-               'tick, not the network. Each pair of daemons keeps a fixed tick offset, so the median can sit far '
-               'from the mean. <b>Staleness</b> is the age of the newest report from a publisher just before the '
-               'next one arrives (how old the receiver\'s view of that daemon got).</p>')
+    out.append('<p><b>Delay</b> is the time from a report\'s publish (the publisher\'s clock) to its arrival at a '
+               'receiving daemon (the receiver\'s clock, as logged with the receipt): the topic\'s delivery time, '
+               'plus any clock skew between the two hosts. The receiver folds what arrived within one react '
+               'interval (a twentieth of a tick) after that. <b>Staleness</b> is the age of the newest report from '
+               'a publisher just before the next one arrives (how old the receiver\'s view of that daemon got): '
+               'up to about a tick while every tick\'s report arrives (less where early reports come between '
+               'ticks), more where reports were suppressed or lost.</p>')
     out.append(f'<p>Over all receipts: delay mean {fmt(s["delay_ms"]["mean"])} ms, median (p50) '
                f'{fmt(s["delay_ms"]["p50"])}, p99 {fmt(s["delay_ms"]["p99"])}, max {fmt(s["delay_ms"]["max"])}; '
                f'staleness median {fmt(s["staleness_ms"]["p50"])} ms, p99 {fmt(s["staleness_ms"]["p99"])}, '
-               f'max {fmt(s["staleness_ms"]["max"])}. The chart shows, per tick, the mean and the max over that '
-               'tick\'s receipts.</p>')
+               f'max {fmt(s["staleness_ms"]["max"])}. The charts show, per tick, the mean and the max delay of that '
+               'tick\'s receipts, and the largest staleness.</p>')
     if delay_ticks is not None and len(delay_ticks):
         dt = delay_ticks.groupby("bucket").agg(n=("n", "sum"), s=("delay_sum", "sum"), mx=("delay_max", "max"),
                                                st=("stale_max", "max")).reset_index()
@@ -337,10 +363,12 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
         dt = dt.assign(b=dt["bucket"] // step).groupby("b").agg(bucket=("bucket", "min"), n=("n", "sum"),
                                                                s=("s", "sum"), mx=("mx", "max"), st=("st", "max"))
         xs = dt["bucket"].to_numpy() * s["grid_ms"] / 1000.0
+        # Two charts: delay is milliseconds, staleness about a tick; on one axis delay is flat.
         out.append(line_chart(xs, [("mean delay", (dt["s"] / dt["n"]).to_numpy(), "#4e79a7", False),
-                                   ("max delay", dt["mx"].to_numpy(), "#e15759", True),
-                                   ("max staleness", dt["st"].to_numpy(), "#76b7b2", False)], "ms",
-                              title="Report delay and staleness, per tick"))
+                                   ("max delay", dt["mx"].to_numpy(), "#f28e2b", True)], "delay ms",
+                              title="Report delay, per tick"))
+        out.append(line_chart(xs, [("max staleness", dt["st"].to_numpy(), "#76b7b2", False)], "staleness ms",
+                              title="Report staleness, per tick"))
     publisher_rows: list[tuple[str, int]] = sorted(loss["by_publisher"].items(), key=_most_lost_first)
     by_pub = pd.DataFrame(publisher_rows, columns=["daemon", "lost"])
     receiver_rows: list[tuple[str, int]] = sorted(loss["by_receiver"].items(), key=_most_lost_first)
@@ -366,22 +394,79 @@ def render_report(summary: dict[str, Any], chart_ticks: pd.DataFrame, chart_shar
     out.append("</details>")
     events = ", ".join(f"{n} {e}" for e, n in sorted((s.get("membership_events") or {}).items())) or "none"
     timings = ", ".join(f"{k} {fmt(v)} s" for k, v in (s.get("timings_s") or {}).items()) or "-"
-    out.append(f'<h2>Run</h2><p class="muted">Membership events: {esc(events)}. Daemons that left: '
-               f'{esc(", ".join(s.get("daemons_left", [])) or "none")}. Report stages: {esc(timings)}.</p>')
+    def names(key: str) -> str:
+        return ", ".join(s.get(key, [])) or "none"
+
+    out.append(f'<h2>Run</h2><p class="muted">Membership events: {esc(events)}. Daemons stopped (a clean '
+               f'shutdown: leaving report, final accounting): {esc(names("daemons_stopped"))}. Crashed or '
+               f'killed: {esc(names("daemons_crashed"))}. Evicted by peers after falling silent: '
+               f'{esc(names("daemons_evicted"))}. Report stages: {esc(timings)}.</p>')
     out.append("</body></html>")
     return "\n".join(out)
 
 
+HOW_TO_READ = (
+    '<p class="muted">Per tick and group: <b>admitted</b> is what all daemons let through, <b>demand</b> what '
+    'brokers asked for (admitted + throttled), the <b>quota</b> (red, dashed, on every chart) the group\'s '
+    'cluster-wide limit. A daemon\'s <b>fair share</b> is its max-min fair part of the quota: nobody gets more '
+    'than it asks for, the rest is split equally. <b>Fair error</b> is the worst daemon\'s distance from its fair '
+    'share, as a fraction of the quota (0 = every daemon got its share). <b>Overshoot</b> is how far the cluster '
+    'admitted beyond the quota, as a fraction of it. The <b>Jain index</b> of the daemons\' admitted/fair ratios '
+    'is 1 when each got its fair share. Each daemon has one colour on the whole page.</p>')
+
+
+def _accounting_section(s: dict[str, Any]) -> str:
+    """Where the totals come from, and what they may be missing (summary "accounting")."""
+    acct = s.get("accounting") or {}
+    daemons = acct.get("daemons", {})
+    out = ["<h2>Accounting</h2>"]
+    if acct.get("source") == "tick accounting":
+        out.append("<p>Totals are the daemons' own tick accounting: every message each daemon's limiter "
+                   "answered, logged once per tick whether or not a report was published, so they equal what "
+                   "brokers were told.</p>")
+    elif acct.get("source") == "published reports only":
+        out.append('<p class="bad">These logs carry no tick accounting (written by an older rgd): the totals '
+                   "cover published reports only. Ticks whose report was suppressed or lost are missing from "
+                   "them; the per-tick rates fill those ticks with the last reported figures.</p>")
+    else:
+        out.append(f'<p class="bad">Mixed logs: the totals of {esc(", ".join(acct.get("daemons_published_only", [])))} '
+                   "cover published reports only (no tick accounting in their logs); the other daemons' totals "
+                   "are their tick accounting.</p>")
+    rows = []
+    for name, d in sorted(daemons.items()):
+        if d.get("source") != "tick accounting":
+            rows.append(f"<li>{esc(name)}: published reports only</li>")
+            continue
+        line = f"{esc(name)}: {d['ended']}"
+        if d.get("crashes"):
+            when = datetime.fromtimestamp(d["last_collect_ms"] / 1000.0, tz=UTC).strftime("%H:%M:%S.%f")[:-3]
+            line = (f'<span class="bad">{esc(name)}: crashed (its log ends without a final accounting frame); what '
+                    f"it admitted after {when} UTC, its last accounting, is not in these totals (at most one "
+                    f"tick)</span>")
+        if d.get("missing_frames"):
+            line += (f'; <span class="bad">{d["missing_frames"]} accounting frames lost from its log, holding '
+                     f'{d["missing_admitted_messages"]} admitted messages not in these totals</span>')
+        rows.append(f"<li>{line}</li>")
+    if rows:
+        out.append("<ul>" + "".join(rows) + "</ul>")
+    return "".join(out)
+
+
 __all__ = [
     "CSS",
+    "DAEMON_PALETTE",
+    "HOW_TO_READ",
+    "OTHERS_COLOR",
     "PAD_B",
     "PAD_L",
     "PAD_R",
     "PAD_T",
     "PALETTE",
+    "QUOTA_COLOR",
     "Frame",
     "H",
     "W",
+    "daemon_colors",
     "esc",
     "fmt",
     "line_chart",

@@ -107,9 +107,15 @@ def run_report(path_or_uri: str, out_dir: str, master: str | None = None, progre
         lookback = max(opts.group_ttl_ticks, 1) + 1
         origin = earliest_ms // grid_ms if earliest_ms is not None else 0
         grid = Grid(grid_ms, opts.chunk_ticks, lookback, origin)
-        with prog.stage("spark", f"{master or 'local[*]'} (Spark's own log: {final_log})" if own_session else ""):
-            if pending is not None:
-                spark = pending.result()
+        if pending is not None:
+            # The session started beside the listing: say how long it took, and how long we then
+            # waited for it (a stage timed from here alone read "spark done in 0.0s").
+            waited = time.monotonic()
+            spark = pending.result()
+            prog.timings["spark_wait"] = round(time.monotonic() - waited, 3)
+            prog.say(f"spark session {master or 'local[*]'} ready {time.monotonic() - t_start:.1f}s after the start "
+                     f"(started beside the listing; waited {prog.timings['spark_wait']:.1f}s for it; "
+                     f"Spark's own log: {final_log})")
     except BaseException:
         if pending is not None:  # a started session must not outlive a failed listing
             pending.add_done_callback(lambda f: f.exception() is None and f.result().stop())
@@ -218,7 +224,8 @@ def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int,
                                        / daemons_pd["fair_sum"].where(daemons_pd["fair_sum"] > 0))
         write_frame(daemons_pd, out_dir, "daemons")
         per_group, chart_ticks, worst, conv_raw = fold_small(
-            [(names.get(a["group_key"], f"#{a['group_key']}"), a["small"]) for a in aux], opts)
+            [(names.get(a["group_key"], f"#{a['group_key']}"), a["small"]) for a in aux], opts,
+            tick_s=grid.grid_ms / 1000.0)
         conv_pd = stitch_convergence(conv_raw, grid.grid_ms)
         write_frame(conv_pd, out_dir, "convergence")
         charted = pick_charted(per_group, opts.max_groups_charted)
@@ -242,7 +249,7 @@ def _run(spark: Any, sc: Any, segments: list[tuple[str, int]], total_bytes: int,
     summary["elapsed_s"] = round(time.monotonic() - t_start, 3)
     summary["group_rows_per_s"] = round(group_rows / summary["elapsed_s"], 1) if summary["elapsed_s"] else None
     write_text(fs, f"{root}/summary.json", json.dumps(jsonable(summary), indent=2, sort_keys=True))
-    prog.say(f"done: {group_rows} group rows in {summary['elapsed_s']:.1f}s "
-             f"({summary['group_rows_per_s']} rows/s); {out_dir}/report.html")
+    prog.say(f"done in {summary['elapsed_s']:.1f}s: {len(segments)} segments, {group_rows} group rows; "
+             f"{out_dir}/report.html")
     result: dict[str, Any] = jsonable(summary)
     return result

@@ -49,6 +49,10 @@ class SegmentMeta:
     # daemon, incarnation, seq, pub_ms, tick_ms, leaving, groups
     headers: dict[str, np.ndarray] = field(default_factory=dict)
     totals: dict[str, np.ndarray] = field(default_factory=dict)  # group, daemon, counts [n, 8]
+    # ACCOUNTING frames: daemon, incarnation, seq, pub_ms, tick_ms, write_us, running totals
+    # (admitted/throttled messages/bytes), final, order (log index)
+    accounting: dict[str, np.ndarray] = field(default_factory=dict)
+    accounted_published: int = 0  # PUBLISHED frames whose counts are in ACCOUNTING frames
     receipt_tables: ReceiptTables | None = None
     series_keys: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # (group, chunk)
 
@@ -134,14 +138,19 @@ class Membership:
     events: pd.DataFrame  # daemon, bucket, event ("join", "leave", "silent", "restart")
 
 
-def membership(headers: pd.DataFrame, grid_ms: int, member_ttl: int) -> Membership:
+def membership(headers: pd.DataFrame, grid_ms: int, member_ttl: int,
+               extent_ms: tuple[int, int] | None = None) -> Membership:
     """Who is live when, mirroring rgd.cluster.usage_map: join on the first report, a leaving report
-    evicts at once, silence longer than `member_ttl` ticks evicts, a new incarnation does not."""
+    evicts at once, silence longer than `member_ttl` ticks evicts, a new incarnation does not.
+    The span runs from the first report to the last, widened to `extent_ms` (first and last
+    time of the tick accounting) when given."""
     if headers.empty:
         return Membership(0, -1, {}, np.zeros(0, np.int64), np.zeros(0, np.int64),
                           pd.DataFrame(columns=["daemon", "bucket", "event"]))
     h = headers.assign(bucket=np.floor_divide(headers["pub_ms"].to_numpy(), grid_ms))
     t_first, t_last = int(h["bucket"].min()), int(h["bucket"].max())
+    if extent_ms is not None:
+        t_first, t_last = min(t_first, extent_ms[0] // grid_ms), max(t_last, extent_ms[1] // grid_ms)
     T = t_last - t_first + 1
     members_n = np.zeros(T, np.int64)
     members_fp = np.zeros(T, np.int64)
@@ -213,6 +222,66 @@ def totals_frame(metas: list[SegmentMeta], names: dict[int, str]) -> pd.DataFram
     df["group"] = [names.get(int(k), f"#{k}") for k in df["group"]]
     df["daemon"] = [names.get(int(k), f"#{k}") for k in df["daemon"]]
     return df
+
+
+ACCOUNTING_COLS = ("daemon", "incarnation", "seq", "pub_ms", "tick_ms", "write_us", "admitted_messages",
+                   "admitted_bytes", "throttled_messages", "throttled_bytes", "final", "order", "own_admitted_messages")
+
+
+def accounting_summary(metas: list[SegmentMeta], names: dict[int, str], daemons: list[str]) -> dict[str, Any]:
+    """Where the totals come from and how complete they are, per daemon (summary.json "accounting").
+
+    A daemon whose log has ACCOUNTING frames (rgd.usage_log.accounting) is counted from them:
+    every message its limiter answered, once. Per incarnation, a gap in their sequence is a
+    lost frame whose admitted messages are the running total's difference around it (exact); a
+    log that ends without a final frame ended in a crash, losing what was admitted after its
+    last frame (the moment is `last_write_s`). A daemon without them (an rgd older than the
+    accounting) is counted from its published reports: suppressed ticks are then missing."""
+    parts = [pd.DataFrame({c: m.accounting[c] for c in ACCOUNTING_COLS}) for m in metas
+             if m.accounting and len(m.accounting.get("daemon", ()))]
+    acct = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(ACCOUNTING_COLS))
+    marked = {m.writer for m in metas if m.accounted_published}
+    per_daemon: dict[str, Any] = {}
+    seen = set()
+    key: Any
+    for key, g in acct.groupby("daemon"):
+        name = names.get(int(key), f"#{key}")
+        seen.add(name)
+        incs = []
+        inc: Any
+        for inc, h in g.drop_duplicates(["incarnation", "seq"]).sort_values("seq").groupby("incarnation", sort=True):
+            seq = h["seq"].to_numpy()
+            last = h.iloc[-1]
+            incs.append({
+                "incarnation": int(inc), "frames": int(len(h)), "missing_frames": int(seq[-1] - len(h)),
+                "missing_admitted_messages": int(last["admitted_messages"] - h["own_admitted_messages"].sum()),
+                "admitted_messages": int(last["admitted_messages"]),
+                "ended": "stopped" if bool(last["final"]) else "crashed",
+                "last_write_s": float(last["write_us"]) / 1e6, "last_collect_ms": int(last["pub_ms"]),
+            })
+        last_inc = incs[-1]
+        per_daemon[name] = {
+            "source": "tick accounting", "incarnations": incs,
+            "missing_frames": sum(i["missing_frames"] for i in incs),
+            "missing_admitted_messages": sum(i["missing_admitted_messages"] for i in incs),
+            "ended": last_inc["ended"], "crashes": sum(1 for i in incs if i["ended"] == "crashed"),
+            "last_write_s": last_inc["last_write_s"], "last_collect_ms": last_inc["last_collect_ms"],
+        }
+    for name in daemons:
+        if name not in seen:
+            per_daemon[name] = {"source": "published reports only"}
+    legacy = sorted(n for n, d in per_daemon.items() if d["source"] != "tick accounting")
+    mixed = [names.get(k, f"#{k}") for k in marked if names.get(k, f"#{k}") not in seen]
+    return {
+        "source": ("tick accounting" if not legacy else
+                   "published reports only" if len(legacy) == len(per_daemon) else "mixed"),
+        "daemons_published_only": legacy,
+        "daemons_marked_without_frames": sorted(mixed),
+        "crashed": sorted(n for n, d in per_daemon.items() if d.get("crashes")),
+        "missing_frames": sum(d.get("missing_frames", 0) for d in per_daemon.values()),
+        "missing_admitted_messages": sum(d.get("missing_admitted_messages", 0) for d in per_daemon.values()),
+        "daemons": per_daemon,
+    }
 
 
 @dataclass(slots=True)
@@ -297,10 +366,12 @@ def merge_receipts(metas: list[SegmentMeta], names: dict[int, str]) -> ReceiptSu
 
 
 __all__ = [
+    "ACCOUNTING_COLS",
     "TOTAL_COLS",
     "Membership",
     "ReceiptSummary",
     "SegmentMeta",
+    "accounting_summary",
     "choose_grid_ms",
     "damage_summary",
     "frames_lost_between",

@@ -53,6 +53,12 @@ LIMIT_OF = tuple((PER_KIND * i + LIMIT_FIELDS.index(f"limit_{u}"),
                   PER_KIND * i + LIMIT_FIELDS.index(f"quota_{u}")) for i in range(len(KINDS)) for u in UNITS)
 
 
+# A series row's `dims` bit (above every dimension's): its counts are tick accounting (rgd.usage_log.
+# accounting), every count once in the bucket it was collected in, so a bucket without a row had
+# none (its counts went to the next one): the reducer takes counts per bucket, without forward fill.
+ACCOUNTED_BIT = 1 << 62
+
+
 @dataclass(frozen=True, slots=True)
 class Grid:
     grid_ms: int
@@ -79,7 +85,7 @@ class SeriesRow:
     order: int  # first log index of the segment: later segments overwrite limits
     b0: int
     n: int
-    dims: int  # bit k set: dimension k present in blob
+    dims: int  # bit k set: dimension k present in blob; ACCOUNTED_BIT: counts are tick accounting
     blob: bytes
 
 
@@ -225,9 +231,24 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
     nb = int(bucket.max()) - bmin + 1
     bidx_all = bucket - bmin
     order = int(seg.frames[F_INDEX, 0]) if seg.frames.shape[1] else 0
+    # A log with accounting frames has its published reports' rows skipped: every row is accounting.
+    accounted = ACCOUNTED_BIT if seg.accounting.size else 0
     icounts = np.ascontiguousarray(seg.counts, dtype=np.int64)
     counts = icounts.astype(np.float64)
     limits = np.ascontiguousarray(seg.limits, dtype=np.float64)
+    if accounted:
+        # Each collect's counts over the buckets its span covers, in proportion: a tick that ran
+        # late puts its counts where they happened, not two ticks' worth in one bucket. The
+        # exact totals take each row once (its first piece).
+        row, bucket, tick, weight, first_piece = spread_over_buckets(R[rep, R_PUB_MS].astype(np.float64), tick,
+                                                                     grid.grid_ms)
+        kid_all = kid_all[row]
+        counts = counts[row] * weight[:, None]
+        icounts = np.where(first_piece[:, None], icounts[row], 0)
+        limits = limits[row]
+        bmin = int(bucket.min())
+        nb = int(bucket.max()) - bmin + 1
+        bidx_all = bucket - bmin
     tot_keys, tot_counts = [], []
     # dimensions with traffic or a quota anywhere in the segment: the others would scatter zeros
     dim_ids = np.array([d for d, ((a, t), (_, q)) in enumerate(zip(COUNT_OF, LIMIT_OF))
@@ -251,7 +272,7 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
             tot_keys.append(k + k0)
             tot_counts.append(totals[k])
             first, last = int(hit[0]) + bmin, int(hit[-1]) + bmin
-            dm = int(dims[k])
+            dm = int(dims[k]) | accounted
             g_key, d_key = int(guniq[(k + k0) // duniq.size]), int(duniq[(k + k0) % duniq.size])
             for c in range(grid.chunk_of(first), grid.chunk_of(last + lb) + 1):
                 lo = max(first, grid.chunk_start(c) - lb)
@@ -269,12 +290,49 @@ def segment_series(seg: DecodedSegment, grid: Grid) -> tuple[list[SeriesRow], di
     return out, totals_out
 
 
+MAX_SPREAD_BUCKETS = 3600  # a collect's span over more buckets than this goes into the last ones
+
+
+def spread_over_buckets(end_ms: np.ndarray, span_ms: np.ndarray, grid_ms: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows whose counts cover (end - span, end] in ms, cut at bucket borders: per piece its row,
+    bucket, length (ms), share of the row's span, and whether it is the row's first piece.
+    Pieces come in row order, and within a row by bucket."""
+    end = np.asarray(end_ms, np.float64)
+    span = np.maximum(np.asarray(span_ms, np.float64), 1e-3)
+    start = end - span
+    last = np.floor_divide(end - 1e-6, grid_ms).astype(np.int64)
+    b0 = np.maximum(np.floor_divide(start, grid_ms).astype(np.int64), last - (MAX_SPREAD_BUCKETS - 1))
+    start = np.maximum(start, b0 * float(grid_ms))
+    rows, buckets, lengths = [], [], []
+    for k in range(int((last - b0).max()) + 1 if end.size else 0):
+        sel = np.flatnonzero(last - b0 >= k)
+        b = b0[sel] + k
+        lo = np.maximum(start[sel], b * float(grid_ms))
+        hi = np.minimum(end[sel], (b + 1) * float(grid_ms))
+        rows.append(sel)
+        buckets.append(b)
+        lengths.append(np.maximum(hi - lo, 0.0))
+    row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    bucket = np.concatenate(buckets) if buckets else np.zeros(0, np.int64)
+    length = np.concatenate(lengths) if lengths else np.zeros(0)
+    order = np.argsort(row, kind="stable")
+    row, bucket, length = row[order], bucket[order], length[order]
+    total = np.zeros(end.size)
+    np.add.at(total, row, length)
+    weight = length / np.where(total[row] > 0, total[row], 1.0)
+    first = np.ones(row.size, np.bool_)
+    first[1:] = row[1:] != row[:-1]
+    return row, bucket, np.where(length > 0, length, 1e-3), weight, first
+
+
 @dataclass(slots=True)
 class ChunkMatrix:
     """One group's chunk as [D, W] matrices over buckets w0 .. w0 + W - 1."""
 
     w0: int
     daemons: np.ndarray  # daemon keys, row order
+    accounted: np.ndarray  # [D] bool: the daemon's counts are tick accounting (ACCOUNTED_BIT)
     reports: np.ndarray  # [D, W] reports per bucket
     tick_ms: np.ndarray  # [D, W]
     admitted: dict[int, np.ndarray]  # dim -> [D, W] summed counts
@@ -330,6 +388,10 @@ def assemble(rows: list[SeriesRow], w0: int, width: int) -> ChunkMatrix:
     daemons = np.array(sorted({r.daemon_key for r in rows}), dtype=np.int64)
     di = {k: i for i, k in enumerate(daemons.tolist())}
     D = daemons.size
+    accounted = np.zeros(D, np.bool_)
+    for r in rows:
+        if r.dims & ACCOUNTED_BIT:
+            accounted[di[r.daemon_key]] = True
     dims = 0
     for r in rows:
         dims |= r.dims
@@ -358,8 +420,8 @@ def assemble(rows: list[SeriesRow], w0: int, width: int) -> ChunkMatrix:
         _scatter(reports, tick, A, T, L, Q, di[r.daemon_key], lo - r.b0, lo - w0, hi - lo, r.n, nruns, values,
                  starts, dense, np.array([slot[k] for k in present], np.int64),
                  np.array([slot[k] for k in union if not r.dims >> k & 1], np.int64))
-    return ChunkMatrix(w0, daemons, reports, tick, {k: A[slot[k]] for k in union}, {k: T[slot[k]] for k in union},
-                       {k: L[slot[k]] for k in union}, {k: Q[slot[k]] for k in union})
+    return ChunkMatrix(w0, daemons, accounted, reports, tick, {k: A[slot[k]] for k in union},
+                       {k: T[slot[k]] for k in union}, {k: L[slot[k]] for k in union}, {k: Q[slot[k]] for k in union})
 
 
 def forward_fill_index(reported: np.ndarray, w0: int, group_ttl: int,
@@ -385,6 +447,7 @@ def forward_fill_index(reported: np.ndarray, w0: int, group_ttl: int,
 
 
 __all__ = [
+    "ACCOUNTED_BIT",
     "COUNT_OF",
     "COUNT_OF_A",
     "DENSE_BUDGET",
@@ -399,5 +462,6 @@ __all__ = [
     "forward_fill_index",
     "pack_blob",
     "segment_series",
+    "spread_over_buckets",
     "unpack_blob"
 ]

@@ -15,17 +15,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rgd.fairness.merge import Membership, ReceiptSummary, SegmentMeta, publisher_gaps
+from rgd.fairness.merge import Membership, ReceiptSummary, SegmentMeta, accounting_summary, publisher_gaps
 from rgd.fairness.options import ReportOptions
 from rgd.fairness.receipts import quantile_from_hist
 from rgd.fairness.series import Grid
 
-__all__ = ["SummaryInputs", "build_summary", "fold_small", "jsonable", "pick_charted"]
+__all__ = ["ENDING_TICKS", "STARTUP_TICKS", "SummaryInputs", "build_summary", "daemon_endings", "fold_small",
+           "jsonable", "pick_charted"]
 
 
-def fold_small(small: list[tuple[str, dict[str, Any]]], opts: ReportOptions
+STARTUP_TICKS = 2  # a group's first ticks: never among its worst moments
+ENDING_TICKS = 1  # ... nor its last (daemons stopping: the last counts cover part of a tick)
+
+
+def fold_small(small: list[tuple[str, dict[str, Any]]], opts: ReportOptions, tick_s: float = 1.0
                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Per (group, dim): the summary row; plus chart bins, worst ticks and raw convergence events."""
+    """Per (group, dim): the summary row; plus chart bins, worst ticks and raw convergence events.
+
+    The worst ticks leave out a group's first STARTUP_TICKS ticks: daemons are starting, their
+    first counts cover part of a tick and no share has been computed yet, so those ticks say
+    how the run began, not how well the cluster enforces (they are in ticks.parquet); and its
+    last ENDING_TICKS, where the daemons stop within the tick."""
     acc: dict[tuple[str, str], dict[str, Any]] = {}
     tb, wr, cv = [], [], []
     for group, by_dim in small:
@@ -76,6 +86,11 @@ def fold_small(small: list[tuple[str, dict[str, Any]]], opts: ReportOptions
             overshoot_ratio_max=("overshoot_ratio_max", "max"))
     worst = pd.concat(wr, ignore_index=True) if wr else pd.DataFrame()
     if len(worst):
+        keys = list(zip(worst["group"], worst["dim"]))
+        start = np.array([acc[k]["first_s"] for k in keys], dtype=float)
+        end = np.array([acc[k]["last_s"] for k in keys], dtype=float)
+        at = worst["time_s"].to_numpy(float)
+        worst = worst[(at >= start + STARTUP_TICKS * tick_s - 1e-9) & (at <= end - ENDING_TICKS * tick_s + 1e-9)]
         worst = (worst.sort_values(["group", "dim", "score"], ascending=[True, True, False])
                  .groupby(["group", "dim"]).head(10).reset_index(drop=True))
     conv = pd.concat(cv, ignore_index=True) if cv else pd.DataFrame(
@@ -148,7 +163,8 @@ def build_summary(s: SummaryInputs) -> dict[str, Any]:
     delay_sum = float(rec.pairs["delay_sum"].sum()) if len(rec.pairs) else 0.0
     stale_n = float(rec.pairs["stale_n"].sum()) if len(rec.pairs) else 0.0
     daemons = sorted({names.get(int(k), f"#{k}") for k in headers["daemon"].unique()}) if len(headers) else []
-    left = mem.events[mem.events["event"] == "leave"] if len(mem.events) else mem.events
+    accounting = accounting_summary(s.good, names, daemons)
+    endings = daemon_endings(mem.events, names, accounting)
     grid_ms = s.grid.grid_ms
     return {
         "source": s.source,
@@ -163,9 +179,10 @@ def build_summary(s: SummaryInputs) -> dict[str, Any]:
                  "ticks": max(mem.t_last - mem.t_first + 1, 0),
                  "first_s": mem.t_first * grid_ms / 1000.0, "last_s": mem.t_last * grid_ms / 1000.0},
         "daemons": daemons,
+        "accounting": accounting,
         "membership_events": ({e: int(n) for e, n in mem.events["event"].value_counts().items()}
                               if len(mem.events) else {}),
-        "daemons_left": sorted({names.get(int(k), f"#{k}") for k in left["daemon"]}) if len(left) else [],
+        **endings,
         "damage": s.damage,
         "published_sequence_gaps": publisher_gaps(headers) if len(headers) else 0,
         "loss": {"expected": expected, "lost": lost, "ratio": (lost / expected) if expected else 0.0,
@@ -182,6 +199,27 @@ def build_summary(s: SummaryInputs) -> dict[str, Any]:
                          "max": rec.stale_max},
         "groups": groups,
     }
+
+
+def daemon_endings(events: pd.DataFrame, names: dict[int, str], accounting: dict[str, Any]) -> dict[str, list[str]]:
+    """How daemons went: `daemons_stopped` stopped cleanly (a leaving report, and the final
+    accounting frame where the log keeps accounting), whether mid-run or at the run's end;
+    `daemons_crashed` ended without the final accounting (killed, crashed); `daemons_evicted`
+    fell silent and were evicted by the TTL (peers' view: a crash or a partition);
+    `daemons_left` is the union of the last two: every daemon that went other than by a stop."""
+    acct = accounting.get("daemons", {})
+    crashed = {d for d, a in acct.items() if a.get("crashes")}
+    stopped, evicted = set(), set()
+    for e, d in zip(events["event"], events["daemon"]) if len(events) else []:
+        name = names.get(int(d), f"#{d}")
+        if e == "leave" and name not in crashed:
+            stopped.add(name)
+        elif e == "silent":
+            evicted.add(name)
+    stopped |= {d for d, a in acct.items() if a.get("ended") == "stopped"}
+    evicted -= stopped | crashed
+    return {"daemons_stopped": sorted(stopped), "daemons_crashed": sorted(crashed),
+            "daemons_evicted": sorted(evicted), "daemons_left": sorted(crashed | evicted)}
 
 
 def jsonable(x: Any) -> Any:

@@ -17,6 +17,13 @@ import numpy as np
 
 from rgd.config.storage import filesystem, scheme
 from rgd.fairness.decode import (
+    A_ADM_B,
+    A_ADM_M,
+    A_FINAL,
+    A_THR_B,
+    A_THR_M,
+    COUNT_FIELDS,
+    F_ACCOUNTED,
     F_DHASH,
     F_INC,
     F_INDEX,
@@ -24,6 +31,10 @@ from rgd.fairness.decode import (
     F_PUB_MS,
     F_RECV_US,
     F_SEQ,
+    F_WRITE_US,
+    G_REP,
+    KINDS,
+    PER_KIND,
     R_DHASH,
     R_INC,
     R_LEAVING,
@@ -32,6 +43,7 @@ from rgd.fairness.decode import (
     R_PUB_MS,
     R_SEQ,
     R_TICK_MS,
+    DecodedSegment,
     decode_segment,
 )
 from rgd.fairness.merge import SegmentMeta
@@ -76,6 +88,19 @@ def read_uri(uri: str) -> bytes:
         return bytes(data)
 
 
+def own_admitted_messages(seg: DecodedSegment) -> np.ndarray:
+    """Per ACCOUNTING frame of `seg`: the admitted messages its own group rows hold."""
+    npub, nacc = seg.published.size, seg.accounting.size
+    out = np.zeros(nacc, np.int64)
+    gm = seg.group_meta
+    if nacc == 0 or gm.shape[0] == 0:
+        return out
+    rows = gm[:, G_REP] >= npub
+    cols = [PER_KIND * i + COUNT_FIELDS.index("admitted_messages") for i in range(len(KINDS))]
+    np.add.at(out, gm[rows, G_REP] - npub, seg.counts[rows][:, cols].sum(axis=1))
+    return out
+
+
 def process_segment(data: bytes | mmap.mmap, uri: str, grid: Grid) -> tuple[list[SeriesRow], SegmentMeta]:
     meta = SegmentMeta(uri=uri, size=len(data))
     try:
@@ -92,8 +117,21 @@ def process_segment(data: bytes | mmap.mmap, uri: str, grid: Grid) -> tuple[list
         if F.shape[1]:
             meta.first_index, meta.last_index = int(F[F_INDEX, 0]), int(F[F_INDEX, -1])
             meta.writer = int(F[F_DHASH, 0])
-        ok = R[:, R_OK] == 1 if R.size else np.zeros(0, bool)
-        Rk = R[ok]
+        npub = seg.published.size
+        Rp, Ra = R[:npub], R[npub:]
+        ok = Rp[:, R_OK] == 1 if Rp.size else np.zeros(0, bool)
+        Rk = Rp[ok]
+        meta.accounted_published = int((F[F_ACCOUNTED, seg.published] != 0).sum())
+        aok = Ra[:, R_OK] == 1 if Ra.size else np.zeros(0, bool)
+        Am = seg.accounting_meta[aok]
+        meta.accounting = {
+            "daemon": Ra[aok, R_DHASH], "incarnation": Ra[aok, R_INC], "seq": Ra[aok, R_SEQ],
+            "pub_ms": Ra[aok, R_PUB_MS], "tick_ms": Ra[aok, R_TICK_MS], "write_us": F[F_WRITE_US, seg.accounting[aok]],
+            "admitted_messages": Am[:, A_ADM_M], "admitted_bytes": Am[:, A_ADM_B],
+            "throttled_messages": Am[:, A_THR_M], "throttled_bytes": Am[:, A_THR_B], "final": Am[:, A_FINAL],
+            "order": F[F_INDEX, seg.accounting[aok]],
+            "own_admitted_messages": own_admitted_messages(seg)[aok],
+        }
         meta.headers = {
             "daemon": Rk[:, R_DHASH], "incarnation": Rk[:, R_INC], "seq": Rk[:, R_SEQ],
             "pub_ms": Rk[:, R_PUB_MS], "tick_ms": Rk[:, R_TICK_MS], "leaving": Rk[:, R_LEAVING],

@@ -246,6 +246,9 @@ class Limiter:
         self.recompute_at = INF  # when limits are next recomputed (caps Retry-After); INF: unknown
         self.limit_changes = 0  # set_limit calls that changed a limit (limits move between ticks too)
         self.shadow_all = False  # `rgd run --shadow`: every group in shadow mode (see shadows)
+        # Called with what each `collect` took, before anything can ask again: the daemon logs
+        # it as its tick accounting (rgd.usage_log.accounting), whatever the tick then reports.
+        self.on_collect: Callable[[dict[tuple[str, str], Collected]], None] | None = None
 
     def shadows(self, group: ResourceGroup) -> bool:
         """Whether asks of `group` are decided and counted but never denied (shadow mode)."""
@@ -536,6 +539,8 @@ class Limiter:
             st.tick = TickCounters()
             st.namespaces = set()
             st.topics = None
+        if self.on_collect is not None:
+            self.on_collect(out)
         return out
 
 

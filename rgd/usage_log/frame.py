@@ -41,6 +41,7 @@ _HEAD = struct.Struct(">4sI")
 
 PUBLISHED = LogEntryMetadata.PUBLISHED
 RECEIPT = LogEntryMetadata.RECEIPT
+ACCOUNTING = LogEntryMetadata.ACCOUNTING
 
 
 class FrameError(ValueError):

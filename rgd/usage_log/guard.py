@@ -75,6 +75,9 @@ class LogGuard:
     def append_receipt(self, report: Any, raw: bytes, receive_time: float) -> None:
         self._append("append", self.usage_log.append_receipt, report, raw, receive_time)
 
+    def append_accounting(self, record: bytes, cumulative: tuple[int, int, int, int], final: bool = False) -> None:
+        self._append("append", self.usage_log.append_accounting, record, cumulative, final)
+
     def maintain(self) -> None:
         """Once per tick: flush, roll, archive, retention; the retry while failing."""
         try:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rgd.usage_log.archive import ArchiveTarget, ClosedState, LagFigures, Uploader, compute_lag
-from rgd.usage_log.frame import PUBLISHED, RECEIPT, encode_frame
+from rgd.usage_log.frame import ACCOUNTING, PUBLISHED, RECEIPT, encode_frame
 from rgd.usage_log.segment import (
     SegmentWriter,
     closed_name,
@@ -59,6 +59,7 @@ class UsageLog:
         clock: Callable[[], float] = time.time,
         archive_threaded: bool = True,
         archive_storage_options: dict[str, Any] | None = None,
+        accounting: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -68,6 +69,9 @@ class UsageLog:
         self.segment_max_age_s = segment_max_age_s
         self.retention_s = retention_s
         self.keep_receipt_payloads = keep_receipt_payloads
+        # The writer logs its tick accounting (append_accounting): published reports are then
+        # marked `accounted`, and a replay takes the counts from the accounting frames alone.
+        self.accounting = accounting
         self.clock = clock
         self.archive_failures = 0
         self.last_archive_error = ""
@@ -161,8 +165,25 @@ class UsageLog:
     def append_published(self, report_bytes: bytes, write_time: float | None = None) -> int:
         """Log a report this daemon published: the exact bytes that went on the topic."""
         now = self.clock() if write_time is None else write_time
-        meta = LogEntryMetadata(kind=PUBLISHED, write_time_us=int(now * 1e6))
+        meta = LogEntryMetadata(kind=PUBLISHED, write_time_us=int(now * 1e6), accounted=self.accounting)
         return self._append(meta, bytes(report_bytes), now)
+
+    def append_accounting(self, record: bytes, cumulative: tuple[int, int, int, int], final: bool = False,
+                          write_time: float | None = None) -> int:
+        """Log one tick's accounting (rgd.usage_log.accounting) and hand it to the OS at once.
+
+        `cumulative`: admitted messages, admitted bytes, throttled messages, throttled bytes
+        of this incarnation so far. Flushed here, not at the tick's end: once written, a
+        SIGKILL of the process can no longer lose it (the page cache keeps it), so a crash
+        loses at most what was admitted after this frame."""
+        now = self.clock() if write_time is None else write_time
+        adm_m, adm_b, thr_m, thr_b = cumulative
+        meta = LogEntryMetadata(kind=ACCOUNTING, write_time_us=int(now * 1e6), cumulative_admitted_messages=adm_m,
+                                cumulative_admitted_bytes=adm_b, cumulative_throttled_messages=thr_m,
+                                cumulative_throttled_bytes=thr_b, final=final)
+        index = self._append(meta, bytes(record), now)
+        self._writer.flush()
+        return index
 
     def append_receipt(self, report: Any, raw: bytes, receive_time: float) -> int:
         """Log a report received from the topic (payload only with keep_receipt_payloads)."""

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0flog_entry.proto\x12\x06rgd.v1\"\xcf\x02\n\x10LogEntryMetadata\x12+\n\x04kind\x18\x01 \x01(\x0e\x32\x1d.rgd.v1.LogEntryMetadata.Kind\x12\x15\n\rwrite_time_us\x18\x02 \x01(\x03\x12\x11\n\tdaemon_id\x18\x03 \x01(\t\x12\x11\n\tlog_index\x18\x04 \x01(\x04\x12\x17\n\x0freceive_time_us\x18\x05 \x01(\x03\x12\x14\n\x0cpublisher_id\x18\x06 \x01(\t\x12\x1a\n\x12publisher_sequence\x18\x07 \x01(\x04\x12\x1d\n\x15publisher_incarnation\x18\x08 \x01(\x04\x12\x17\n\x0fpublish_time_ms\x18\t \x01(\x03\x12\x14\n\x0cpayload_kept\x18\n \x01(\x08\"8\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tPUBLISHED\x10\x01\x12\x0b\n\x07RECEIPT\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0flog_entry.proto\x12\x06rgd.v1\"\x95\x04\n\x10LogEntryMetadata\x12+\n\x04kind\x18\x01 \x01(\x0e\x32\x1d.rgd.v1.LogEntryMetadata.Kind\x12\x15\n\rwrite_time_us\x18\x02 \x01(\x03\x12\x11\n\tdaemon_id\x18\x03 \x01(\t\x12\x11\n\tlog_index\x18\x04 \x01(\x04\x12\x17\n\x0freceive_time_us\x18\x05 \x01(\x03\x12\x14\n\x0cpublisher_id\x18\x06 \x01(\t\x12\x1a\n\x12publisher_sequence\x18\x07 \x01(\x04\x12\x1d\n\x15publisher_incarnation\x18\x08 \x01(\x04\x12\x17\n\x0fpublish_time_ms\x18\t \x01(\x03\x12\x14\n\x0cpayload_kept\x18\n \x01(\x08\x12\x11\n\taccounted\x18\x0b \x01(\x08\x12$\n\x1c\x63umulative_admitted_messages\x18\x0c \x01(\x04\x12!\n\x19\x63umulative_admitted_bytes\x18\r \x01(\x04\x12%\n\x1d\x63umulative_throttled_messages\x18\x0e \x01(\x04\x12\"\n\x1a\x63umulative_throttled_bytes\x18\x0f \x01(\x04\x12\r\n\x05\x66inal\x18\x10 \x01(\x08\"H\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tPUBLISHED\x10\x01\x12\x0b\n\x07RECEIPT\x10\x02\x12\x0e\n\nACCOUNTING\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'log_entry_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LOGENTRYMETADATA']._serialized_start=28
-  _globals['_LOGENTRYMETADATA']._serialized_end=363
-  _globals['_LOGENTRYMETADATA_KIND']._serialized_start=307
-  _globals['_LOGENTRYMETADATA_KIND']._serialized_end=363
+  _globals['_LOGENTRYMETADATA']._serialized_end=561
+  _globals['_LOGENTRYMETADATA_KIND']._serialized_start=489
+  _globals['_LOGENTRYMETADATA_KIND']._serialized_end=561
 # @@protoc_insertion_point(module_scope)

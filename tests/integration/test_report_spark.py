@@ -174,7 +174,7 @@ def test_admitted_totals_and_rows_equal_what_was_written(report: dict) -> None:
     for g in ("g1", "g2"):
         assert s["groups"][g]["totals"]["publish_messages_admitted"] == exp["admitted"][g]
     assert s["grid_ms"] == 1000 and s["span"]["ticks"] == TICKS
-    assert sorted(s["daemons"]) == ["a", "b", "c"] and s["daemons_left"] == ["c"]
+    assert sorted(s["daemons"]) == ["a", "b", "c"] and s["daemons_stopped"] == ["c"] and s["daemons_left"] == []
 
 
 def test_loss_equals_the_gaps(report: dict) -> None:

@@ -320,7 +320,8 @@ def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
     buf = np.frombuffer(b"".join(payloads), np.uint8)
     offs = np.cumsum([0] + [len(p) for p in payloads[:-1]]).astype(np.int64)
     lens = np.array([len(p) for p in payloads], np.int64)
-    R, gmeta, counts, lims, ng = decode_reports(buf, offs, lens, 64, rf, gf, slots, kf, PER_KIND * len(kinds))
+    R, gmeta, counts, lims, ng = decode_reports(buf, offs, lens, 64, rf, gf, slots, kf, PER_KIND * len(kinds),
+                                             np.zeros(len(payloads), np.bool_))
     assert ng == 10
     lims = lims.view(np.float64)
     row = 0
@@ -469,7 +470,7 @@ def test_a_kind_the_report_does_not_carry_is_unlimited_one_it_carries_is_protobu
     offs = np.array([0, len(payloads[0])], np.int64)
     lens = np.array([len(p) for p in payloads], np.int64)
     _, _, _, lims, ng = decode_reports(buf, offs, lens, 8, REPORT_FIELDS, GROUP_FIELDS, KIND_SLOTS, KIND_FIELDS,
-                                       PER_KIND * len(KINDS))
+                                       PER_KIND * len(KINDS), np.zeros(len(payloads), np.bool_))
     lims = lims[:ng].view(np.float64)
     r = KINDS.index("replication")
     assert lims[0, PER_KIND * r:PER_KIND * (r + 1)].tolist() == [-1.0] * 4

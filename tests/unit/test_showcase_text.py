@@ -29,7 +29,7 @@ def test_report_lines_say_what_the_report_found():
         "options": {"tolerance": 0.05},
         "loss": {"lost": 2, "expected": 540},
         "delay_ms": {"p50": 29.9, "mean": 512.3},
-        "groups": {"tenant-a": {"dims": {"publish_messages": {
+        "groups": {"tenant-a": {"totals": {"publish_messages_admitted": 17788}, "dims": {"publish_messages": {
             "admitted_mean": 291.6, "demand_mean": 358.4, "quota_mean": 300.0, "overshoot_ratio_max": 0.031,
             "ticks_over_quota": 0, "jain_mean": 0.9712}}}},
     }
@@ -37,8 +37,20 @@ def test_report_lines_say_what_the_report_found():
     assert lines == [
         "fairness report: /r/report.html",
         "  61 ticks of 1 s from the first report to the last, 3 daemons, 1 groups",
-        "  tenant-a: admitted 292/s of 358/s demand, quota 300/s (worst tick 3.1% over it; 0 ticks more than 5% "
-        "over); Jain index of the daemons' shares 0.971 on average (1 = each daemon got its max-min fair share)",
-        "  reports: 2 of 540 lost; delay from publish to the receiver applying it at its next tick: median 30 ms, "
-        "mean 512 ms",
+        "  tenant-a: admitted 292/s of 358/s demand (17,788 in all), quota 300/s (worst tick 3.1% over it; 0 ticks "
+        "more than 5% over); Jain index of the daemons' shares 0.971 on average "
+        "(1 = each daemon got its max-min fair share)",
+        "  reports: 2 of 540 lost; delay from publish to arrival at a receiver: median 30 ms, mean 512 ms",
     ]
+
+
+def test_status_table_says_which_second_and_marks_a_shift():
+    def caption(second: int) -> str:
+        table = status_table(["tenant-a"], 300, ["daemon-1"], offered={(0, 0): 36}, admitted={(0, 0): 36},
+                             shares={("tenant-a", "daemon-1"): 40.0}, elapsed=second + 1.2, second=second)
+        console = Console(record=True, width=100)
+        console.print(table)
+        return console.export_text()
+
+    assert "second 9-10 (phase 1)" in caption(9) and "shifted" not in caption(9)
+    assert "second 10-11 (phase 2)" in caption(10) and "◆ the load shifted at 10 s" in caption(10)
