@@ -197,16 +197,14 @@ class Simulation:
         return self.rng.randrange(s)
 
     def _spawn(self, node_id: str, phase: int) -> None:
-        """Start a daemon; a same-id restart resumes from what its predecessor left
-        (rgd.cluster.node.Resume), as the daemon does from its state file."""
+        """Start a daemon (a same-id restart is a new incarnation: peers drop its predecessor
+        as soon as they hear it)."""
         self._incarnation += 1
-        before = [n for n in self.retired if n.node_id == node_id]
         self.nodes[node_id] = SimNode(
             node_id=node_id, incarnation=self._incarnation, phase=phase, clock=lambda: self.now,
             strategy=self.strategy, params=self.params, profile=self.profile, groups=self.groups,
             sink=self._sink, burst_seconds=self.scenario.burst, tick_seconds=TICK_SECONDS,
             react_seconds=TICK_SECONDS / self.scenario.substeps,
-            resume=before[-1].node.resume_state() if before else None,
         )
 
     def _remove(self, node_id: str, graceful: bool, where: str) -> None:

@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from rgd.cluster.map_keeper import MAX_MEMBERS
 from rgd.config.groups import KINDS, ResourceGroup
 from rgd.wire.usage_report_pb2 import KindUsage, UsageReport, UsageReportEntries
 
 # Pulsar's default maxMessageSize (5 MB): a larger message cannot have come through a
 # default broker, and our own reports stay under 4 MiB (rgd.cluster.report_builder.bound_report).
 MAX_REPORT_BYTES = 5 * 1024 * 1024
+MAX_MEMBERS = 1024  # a report acknowledges at most this many members
 MAX_COUNT = 1 << 53  # per tick; beyond exact float range is nonsense
 MAX_SKEW_MS = 5 * 60 * 1000  # publish time vs our clock
 # A genuine report can be replayed while its publish time is within MAX_SKEW_MS of our
@@ -333,8 +333,13 @@ def _check_header(report: UsageReport | UsageReportEntries, now_ms: int, self_id
                                      f"{report.publish_time_ms - now_ms} ms from our clock")
     if report.daemon_id == self_id and report.incarnation != self_incarnation:
         raise Rejected(REJECT_SPOOFED, f"claims our id {self_id!r} with incarnation {report.incarnation}")
-    if len(report.heard) > MAX_MEMBERS:
-        raise Rejected(REJECT_MALFORMED, f"heard names {len(report.heard)} members (a map holds at most {MAX_MEMBERS})")
+    if len(report.ack_members) > MAX_MEMBERS:
+        raise Rejected(REJECT_MALFORMED, f"acknowledges {len(report.ack_members)} members (at most {MAX_MEMBERS})")
+    if len(report.ack_members) != len(report.ack_sequences):
+        raise Rejected(REJECT_MALFORMED, f"ack_members ({len(report.ack_members)}) and ack_sequences "
+                                         f"({len(report.ack_sequences)}) differ in length")
+    if report.base > report.sequence:
+        raise Rejected(REJECT_MALFORMED, f"base {report.base} is after the sequence {report.sequence}")
 
 
 def _pick_indexed(view: UsageReportEntries, scope: FoldScope) -> UsageReport | None:
@@ -386,6 +391,11 @@ def _with_header(report: UsageReport, view: UsageReportEntries) -> UsageReport:
     report.members = view.members
     report.complete = view.complete
     report.heard.extend(view.heard)
+    report.base = view.base
+    report.ack_members.extend(view.ack_members)
+    report.ack_sequences.extend(view.ack_sequences)
+    report.lease_ms = view.lease_ms
+    report.ack_wanted = view.ack_wanted
     return report
 
 
