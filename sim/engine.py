@@ -201,6 +201,7 @@ class Simulation:
         n = len(scenario.daemons)
         for i, node_id in enumerate(scenario.daemons):
             self._spawn(node_id, self._phase(i, n))
+            self._joined_at[node_id] = 0  # the start is everyone's join
 
     # -- membership -------------------------------------------------------------------------
 

@@ -58,7 +58,7 @@ class Situation:
     """What was going on when the invariant broke: the premises a violation may be laid to."""
 
     partitioned: tuple[str, ...] = ()  # cut off from the topic now
-    joined: tuple[str, ...] = ()  # joined within the TTL
+    joined: tuple[str, ...] = ()  # joined within the TTL (the daemons of the start, in its first TTL)
     crashed: tuple[str, ...] = ()  # crashed within the TTL (peers may still count them)
     healed: tuple[str, ...] = ()  # back from a partition within the TTL
     loss: float = 0.0
