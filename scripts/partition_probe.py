@@ -21,8 +21,10 @@ Group `probe`, quota `--quota` msg/s (100), `--offered` msg/s (60) asked of each
 one-message acquires on a fixed schedule (scripts/fault_probe.py, bounded in time); every
 allowed answer is counted per daemon per wall-clock second. After `--before` seconds of
 load, pair 0 goes down for `--cut` seconds, then up, and the load goes on `--after`
-seconds. Printed: per whole second the cluster's admitted total and each daemon's; the
-worst second over the quota in % (before, during, after the cut); how long after the cut
+seconds. Printed: per whole second the cluster's admitted total and each daemon's, and the
+sum of the local limits the daemons held (their /v1/quota, sampled every 0.2 s); the
+worst second over the quota in % (before, during, after the cut; a second that straddles
+the cut or the heal counts where most of it is); how long after the cut
 d3's /readyz said not ready, and what it said; when it was ready again; how long after the
 heal every daemon's share was within 10 % of quota / 3 for every later second. Then the
 command that made the figures. Everything it starts is stopped and removed at the end.
@@ -36,7 +38,6 @@ import math
 import shlex
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -47,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fault_probe import AcquireLoad, write_groups  # noqa: E402
-from probe_hung_broker import readyz  # noqa: E402
+from probe_hung_broker import Watcher  # noqa: E402
 
 from rgd.devtools.daemon_process import DaemonProcess  # noqa: E402
 from rgd.transport.embedded_broker import start_or_join  # noqa: E402
@@ -57,7 +58,6 @@ DAEMONS = ("d1", "d2", "d3")
 CUT = "d3"
 OVER = 0.10  # the bound: no second above quota + 10 %
 FAIR = 0.10  # a fair share: within 10 % of quota / 3
-SAMPLE_EVERY = 0.2  # seconds between /readyz samples
 
 
 @dataclass
@@ -67,40 +67,15 @@ class Figures:
     offered_per_daemon: float
     cut_at_s: float  # since the load started
     heal_at_s: float
-    seconds: list[dict[str, float]] = field(default_factory=list)  # per whole second: t, total, d1, d2, d3
+    # Per whole second: t (since the load started), total, d1, d2, d3 admitted, and `limits`:
+    # the sum of the daemons' local limits (each one's last sample in the second; -1 if one
+    # did not answer), the live counterpart of the simulator's invariant check.
+    seconds: list[dict[str, float]] = field(default_factory=list)
     worst_over_pct: dict[str, float] = field(default_factory=dict)  # before / during / after: max second vs quota
     not_ready_after_s: float | None = None  # since the cut; None: never within the cut
     not_ready_says: dict[str, object] = field(default_factory=dict)
     ready_again_after_s: float | None = None  # since the heal
     fair_after_heal_s: float | None = None  # None: not fair to the end
-
-
-class ReadyzSampler:
-    """Samples each daemon's /readyz every SAMPLE_EVERY s until stopped (bounded by `seconds`)."""
-
-    def __init__(self, daemons: list[DaemonProcess], seconds: float) -> None:
-        self.daemons, self.seconds = daemons, seconds
-        self.samples: list[tuple[float, str, int, dict]] = []  # wall time, id, status, body
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        deadline = time.time() + self.seconds
-        while not self._stop.is_set() and time.time() < deadline:
-            for d in self.daemons:
-                try:
-                    status, doc = readyz(d.url)
-                except (OSError, ValueError):
-                    status, doc = 0, {}
-                self.samples.append((time.time(), d.daemon_id, status, doc))
-            self._stop.wait(SAMPLE_EVERY)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 def fair_from(seconds: list[dict[str, float]], heal: float, share: float) -> float | None:
@@ -118,17 +93,20 @@ def fair_from(seconds: list[dict[str, float]], heal: float, share: float) -> flo
 
 
 def analyse(fig: Figures, counts: dict[str, dict[int, int]], t0: float, t_end: float, cut: float, heal: float,
-            samples: list[tuple[float, str, int, dict]]) -> None:
+            watcher: Watcher) -> None:
     first, last = math.ceil(t0), math.floor(t_end) - 1  # whole seconds only
-    for s in range(first, last + 1):
+    limits = watcher.limit_sums(first, last + 1)
+    for i, s in enumerate(range(first, last + 1)):
         row = {"t": s - t0, **{d: float(counts[d].get(s, 0)) for d in DAEMONS}}
         row["total"] = sum(row[d] for d in DAEMONS)
+        row["limits"] = float(limits[i])
         fig.seconds.append(row)
     for phase, lo, hi in (("before", 0.0, cut), ("during", cut, heal), ("after", heal, math.inf)):
-        rows = [r for r in fig.seconds if r["t"] + 1 > lo and r["t"] < hi]  # seconds that overlap the phase
+        rows = [r for r in fig.seconds if lo <= r["t"] + 0.5 < hi]  # a second counts where most of it is
         if rows:
             fig.worst_over_pct[phase] = round(100 * (max(r["total"] for r in rows) / fig.quota - 1), 1)
     cut_wall, heal_wall = t0 + cut, t0 + heal
+    samples = [(t, d, status, doc) for t, d, status, doc, _, _ in watcher.samples]
     for t, d, status, doc in samples:
         if d == CUT and cut_wall <= t < heal_wall and status != 200:
             fig.not_ready_after_s = round(t - cut_wall, 2)
@@ -169,10 +147,10 @@ def run_probe(quota: float, offered: float, before: float, cut_for: float, after
             time.sleep(2 * tick)  # every daemon has heard every other
             loads = {d.daemon_id: AcquireLoad(d.host, d.port, "probe/ns", clients=2, rate=offered / 2)
                      for d in daemons}
-            sampler = ReadyzSampler(daemons, total + 10)
+            watcher = Watcher(daemons, total + 10)
             t0 = time.time()
             threads = [load.start(total) for load in loads.values()]
-            sampler.start()
+            watcher.start()
             time.sleep(max(0.0, t0 + before - time.time()))
             ns.cut(0)
             cut_at = time.time() - t0
@@ -182,24 +160,25 @@ def run_probe(quota: float, offered: float, before: float, cut_for: float, after
             for t in threads:
                 t.join(total + 30)
             t_end = t0 + total
-            sampler.stop()
+            watcher.stop()
         finally:
             for d in daemons:
                 d.stop()
             broker.stop()
     fig = Figures(command, quota, offered, round(cut_at, 2), round(heal_at, 2))
     counts = {name: dict(load.figures.admitted_per_second) for name, load in loads.items()}
-    analyse(fig, counts, t0, t_end, cut_at, heal_at, sampler.samples)
+    analyse(fig, counts, t0, t_end, cut_at, heal_at, watcher)
     return fig
 
 
 def report(fig: Figures) -> str:
     lines = [f"quota {fig.quota:g} msg/s, {fig.offered_per_daemon:g} msg/s offered to each of {', '.join(DAEMONS)}; "
              f"{CUT} cut off the broker at {fig.cut_at_s:.1f} s, healed at {fig.heal_at_s:.1f} s", "",
-             "  t(s)  total    d1    d2    d3"]
+             "  t(s)  total    d1    d2    d3  limits"]
     for r in fig.seconds:
         mark = " cut" if fig.cut_at_s < r["t"] + 1 and r["t"] < fig.heal_at_s else ""
-        lines.append(f"{r['t']:6.1f} {r['total']:6.0f} {r['d1']:5.0f} {r['d2']:5.0f} {r['d3']:5.0f}{mark}")
+        lines.append(f"{r['t']:6.1f} {r['total']:6.0f} {r['d1']:5.0f} {r['d2']:5.0f} {r['d3']:5.0f} "
+                     f"{r['limits']:7.0f}{mark}")
     lines.append("")
     lines.append("worst second over the quota: " + ", ".join(f"{p} {v:+.1f} %" for p, v in fig.worst_over_pct.items()))
     said = json.dumps(fig.not_ready_says, sort_keys=True)

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HOST", "EmbeddedBroker", "free_port", "process_alive", "start_or_join"]
+__all__ = ["HOST", "EmbeddedBroker", "file_lock", "free_port", "process_alive", "start_or_join"]
 
 log = logging.getLogger("rgd.broker")
 
@@ -95,7 +95,9 @@ def process_alive(pid: int) -> bool:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created, with its directory, if missing): one
+    process at a time between processes that share a machine."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -110,7 +112,7 @@ def start_or_join(data_dir: str | Path, port: int = 0, timeout: float = 15.0, ho
     address of this machine, loopback unless the caller owns another one)."""
     root = Path(data_dir).absolute()
     state = root / "broker.json"
-    with _locked(root / "broker.lock"):
+    with file_lock(root / "broker.lock"):
         if state.exists():
             try:
                 info = json.loads(state.read_text())

@@ -26,18 +26,17 @@ Needs root and iproute2 (`ip`); `unavailable()` says why not, for a skip.
 
 from __future__ import annotations
 
-import fcntl
 import ipaddress
 import os
 import re
 import secrets
 import shutil
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+from rgd.transport.embedded_broker import file_lock, process_alive
 
 __all__ = ["NS_PREFIX", "TEST_NET", "Netns", "NetnsError", "VethPair", "remove_leftovers", "unavailable"]
 
@@ -69,16 +68,6 @@ def _ip(*args: str, check: bool = True) -> str:
     return proc.stdout
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _namespaces() -> list[str]:
     return [line.split()[0] for line in _ip("netns", "list").splitlines() if line.strip()]
 
@@ -86,16 +75,6 @@ def _namespaces() -> list[str]:
 def _links() -> list[str]:
     # "7: rgv1a2b0h@if6: <...>": the name up to the "@peer" part
     return [m.group(1) for m in re.finditer(r"^\d+: ([^:@\s]+)", _ip("-o", "link", "show"), re.M)]
-
-
-@contextmanager
-def _locked() -> Iterator[None]:
-    with open(LOCK_PATH, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def remove_leftovers() -> list[str]:
@@ -107,7 +86,7 @@ def remove_leftovers() -> list[str]:
         m = _NS_NAME.match(name)
         if m is None:
             continue
-        if _alive(int(m.group(1))):
+        if process_alive(int(m.group(1))):
             live.add(m.group(2))
         else:
             _ip("netns", "delete", name, check=False)
@@ -157,7 +136,7 @@ class Netns:
         reason = unavailable()
         if reason is not None:
             raise NetnsError(reason)
-        with _locked():
+        with file_lock(LOCK_PATH):
             remove_leftovers()
             try:
                 self._create()
@@ -168,7 +147,7 @@ class Netns:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        with _locked():
+        with file_lock(LOCK_PATH):
             self._remove()
 
     def _create(self) -> None:

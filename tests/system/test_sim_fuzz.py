@@ -193,7 +193,7 @@ def test_cli_fuzz_hindsight_adds_a_reference_row_left_out_of_the_comparison(
     # The reference grants itself no limits: the replayed run's violations (static's, 3 in
     # case 5, the first at start-up: +100 %) are not its own.
     invariant = out[out.index("Invariant (the limits"):].splitlines()
-    assert [ln for ln in invariant if ln.startswith("| hindsight |")][0].split("|")[2:4] == [" 0 / 1 ", " 0 "]
+    assert next(ln for ln in invariant if ln.startswith("| hindsight |")).split("|")[2:4] == [" 0 / 1 ", " 0 "]
 
 
 def test_cli_fuzz_failing_file_names_the_reference_as_one(tmp_path: Path) -> None:
