@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages the test suite needs beyond Python: Java 17 (Spark), Chromium
-# (renders the HTML report), redis-server and wrk (benchmark smoke test).
+# (renders the HTML report), redis-server and wrk (benchmark smoke test), iproute2 (`ip`: the
+# network namespaces of the partition test, tests/support/netns.py).
 # Installs only what is missing; needs root (CI runs as root).
 set -euo pipefail
 need=()
@@ -8,6 +9,7 @@ command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v chromium >/dev/null || need+=(chromium)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v wrk >/dev/null || need+=(wrk)
+command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq

@@ -12,6 +12,12 @@ Time advances in sub-steps of 1/substeps tick. At every sub-step:
    group's demand moved (over the window up to now), recomputes what changed. What a
    react decides holds from the next sub-step, so a report is folded at most a react
    interval after it arrives, as by the daemon's react loop.
+After the ticks and again after the reacts of every sub-step, the invariant checker
+(sim/invariant.py) sums the limits the live daemons have granted themselves per group,
+kind and limited dimension against the quota; `RunResult.violations` carries what it found.
+A partition event cuts a daemon off the simulated topic (sim/transport.py) while its
+brokers keep asking it: it runs, ticks and admits as before, on what it last heard.
+
 Daemons tick once per tick each, at different phases (not aligned, as in a real
 cluster), so a report published by one is folded by the others before their next
 tick. Events apply at the start of their tick; config changes reach every daemon
@@ -35,6 +41,7 @@ from rgd.config.groups import KINDS, ResourceGroup
 from rgd.quota.calculator import QuotaParams, strategy_named
 from rgd.wire.usage_report_pb2 import UsageReport
 from sim.broker import ArrivingDemand
+from sim.invariant import InvariantChecker, Situation, Violation
 from sim.node import NodeStats, SimNode
 from sim.profiles import Profile, profile_for
 from sim.scenario import Scenario, ScenarioError, Sizes
@@ -118,6 +125,9 @@ class RunResult:
     daemon_ticks: int = 0  # sum over ticks of the daemons running
     counters: dict[str, int] = field(default_factory=dict)  # summed NodeStats of every daemon
     limits: list[dict[str, dict[str, float]]] = field(default_factory=list)  # per tick: dim -> daemon -> limit
+    violations: list[Violation] = field(default_factory=list)  # of the invariant (sim/invariant.py), by start
+    invariant_checks: int = 0  # instants the invariant was checked at
+    reports_cut: int = 0  # deliveries a partition dropped (to or from a cut daemon)
 
 
 class _Sink:
@@ -182,9 +192,16 @@ class Simulation:
         self._incarnation = 0
         self._arrivals: dict[tuple[str, str, str], ArrivingDemand] = {}
         self._sink = _Sink(self)
+        self.invariant = InvariantChecker()
+        # Ticks at which daemons joined, crashed or were healed: the invariant's situation
+        # names those within the TTL (sim.invariant.Situation).
+        self._joined_at: dict[str, int] = {}
+        self._crashed_at: dict[str, int] = {}
+        self._healed_at: dict[str, int] = {}
         n = len(scenario.daemons)
         for i, node_id in enumerate(scenario.daemons):
             self._spawn(node_id, self._phase(i, n))
+            self._joined_at[node_id] = 0  # the start is everyone's join
 
     # -- membership -------------------------------------------------------------------------
 
@@ -213,7 +230,8 @@ class Simulation:
             raise ScenarioError(f"{where}: daemon {node_id!r} is not running")
         del self.nodes[node_id]
         if graceful:
-            node.leave(self.now)  # to the others only: a stopped daemon hears nothing
+            node.leave(self.now)  # to the others only: a stopped daemon hears nothing (nobody, if cut)
+        self.transport.cut.discard(node_id)
         self.retired.append(node)
         for key in [k for k in self._arrivals if k[0] == node_id]:
             del self._arrivals[key]
@@ -240,6 +258,7 @@ class Simulation:
             labels.append("groups " + ",".join(sorted(ev.groups)))
         for node_id in ev.crash:
             self._remove(node_id, False, where)
+            self._crashed_at[node_id] = ev.at
             observable = max(observable, ev.at + self.profile.ttl_ticks)
         for node_id in ev.leave:
             self._remove(node_id, True, where)
@@ -248,6 +267,21 @@ class Simulation:
             if node_id in self.nodes:
                 raise ScenarioError(f"{where}: daemon {node_id!r} is already running")
             self._spawn(node_id, self._phase(0, 0) if self.scenario.phases != "aligned" else 0)
+            self._joined_at[node_id] = ev.at
+            observable = max(observable, ev.at + 1)
+        for node_id in ev.partition:
+            if node_id not in self.nodes:
+                raise ScenarioError(f"{where}: daemon {node_id!r} is not running")
+            if node_id in self.transport.cut:
+                raise ScenarioError(f"{where}: daemon {node_id!r} is partitioned already")
+            self.transport.cut.add(node_id)
+            # Peers see it as crashed: evicted after their TTL.
+            observable = max(observable, ev.at + self.profile.ttl_ticks)
+        for node_id in ev.heal:
+            if node_id not in self.transport.cut:
+                raise ScenarioError(f"{where}: daemon {node_id!r} is not partitioned")
+            self.transport.cut.discard(node_id)
+            self._healed_at[node_id] = ev.at
             observable = max(observable, ev.at + 1)
         if ev.demand:
             for group, per in ev.demand.items():
@@ -260,14 +294,17 @@ class Simulation:
             self.sizes.update(ev.message_sizes)
             touched.update(f"{group}/{kind}" for group in ev.message_sizes for kind in KINDS)
             observable = max(observable, ev.at + 1)
-        for what, ids in (("crash", ev.crash), ("leave", ev.leave), ("join", ev.join)):
+        for what, ids in (("crash", ev.crash), ("leave", ev.leave), ("join", ev.join),
+                          ("partition", ev.partition), ("heal", ev.heal)):
             if ids:
                 labels.append(f"{what} {','.join(ids)}")
         if ev.demand:
             labels.append("demand")
         if ev.message_sizes:
             labels.append("sizes " + ",".join(sorted(ev.message_sizes)))
-        members_changed = bool(ev.crash or ev.leave or ev.join)
+        if ev.groups:
+            self.invariant.config_changed()
+        members_changed = bool(ev.crash or ev.leave or ev.join or ev.partition or ev.heal)
         return Change(ev.at, observable, "; ".join(labels), None if members_changed else frozenset(touched))
 
     # -- the loop ---------------------------------------------------------------------------
@@ -307,6 +344,7 @@ class Simulation:
                         node.tick(self.now)
                         if self.log is not None:
                             self.log.tick(node.node_id, self.now)
+                self._check_invariant(k)
                 self._traffic(record, factors, s)
                 # Reacts at the sub-step's end: they measure all of its traffic, fold what
                 # arrived during it, and what they decide holds from the next sub-step (a
@@ -316,6 +354,7 @@ class Simulation:
                 self._deliver()
                 for node in sorted(self.nodes.values(), key=lambda n: n.node_id):
                     node.react(self.now)
+                self._check_invariant(k)
             limits.append(self._limits())
         if self.log is not None:
             self.log.close()
@@ -329,7 +368,22 @@ class Simulation:
             daemon_ticks=daemon_ticks,
             counters={k: sum(getattr(n.stats, k) for n in everyone) for k in vars(NodeStats())},
             limits=limits,
+            violations=self.invariant.finish(),
+            invariant_checks=self.invariant.checks,
+            reports_cut=self.transport.cut_off,
         )
+
+    def _check_invariant(self, tick: int) -> None:
+        def situation() -> Situation:
+            ttl = self.profile.ttl_ticks
+
+            def recent(at: dict[str, int]) -> tuple[str, ...]:
+                return tuple(sorted(d for d, t in at.items() if tick - t <= ttl))
+
+            return Situation(tuple(sorted(self.transport.cut)), recent(self._joined_at), recent(self._crashed_at),
+                             recent(self._healed_at), self.scenario.loss, self.scenario.delay)
+
+        self.invariant.check(self.now, self.nodes, self.groups, situation)
 
     def _deliver(self) -> None:
         """Put what the simulated topic has due by now into the receivers' inboxes."""
