@@ -432,8 +432,12 @@ class Simulation:
                     tick = record.get(key)
                     mb = self.sizes.of(group_name, node_id)
                     unit = 1.0 if tick is None else self._unit(group, kind, node_id)[1]  # type: ignore[index]
+                    # A daemon cut off the topic has no share of the quota to claim (it cannot agree
+                    # one with its peers): the judge's ideal splits the quota over the others, and
+                    # whatever it admits meanwhile counts against the quota all the same.
+                    cut = node_id in self.transport.cut
                     if tick is not None:
-                        tick.offered[node_id] = rate * unit
+                        tick.offered[node_id] = 0.0 if cut else rate * unit
                         tick.message_bytes[node_id] = float(mb)
                         tick.per_message[node_id] = unit
                         tick.admitted.setdefault(node_id, 0.0)
@@ -446,7 +450,7 @@ class Simulation:
                     admitted = arriving.step(rate, self.now, self.now + step, batch, node.asker(group, kind, mb))
                     if tick is not None:
                         tick.admitted[node_id] += admitted * unit
-                        tick.arrived[node_id] += arriving.arrived * unit
+                        tick.arrived[node_id] += 0.0 if cut else arriving.arrived * unit
 
     @staticmethod
     def _limit_messages(node: SimNode, group: str, kind: str, mb: int) -> float:

@@ -142,6 +142,9 @@ class ClusterNode:
         self.all_dirty = True
         self.ack_due = False
         self.left = False
+        # Our own latest report the topic carried back to us: the topic acknowledging us. A
+        # daemon that no longer hears itself is cut off, whoever it still counts as members.
+        self.echoed = 0
         self.namespaces_trimmed = 0  # namespace names left out of reports, not yet counted by the daemon
         # Per (group, kind): our clock and the cumulative counters at the group's last report
         # (a report's figures are the rates since then, so every figure is one window's).
@@ -176,7 +179,7 @@ class ClusterNode:
     def lease_end(self) -> float:
         """Until when every live member keeps us (our clock): see OwnReports.lease_end. A react
         interval early, since our limits move only at a react."""
-        acks = [m.acked_us for m in self.usage_map.members.values()]
+        acks = [self.echoed, *(m.acked_us for m in self.usage_map.members.values())]
         return self.own.lease_end(acks) - self.config.react_seconds
 
     def lease_valid(self, now: float) -> bool:
@@ -197,7 +200,7 @@ class ClusterNode:
     def _acked(self) -> int:
         """The oldest of our sequences a live member acknowledged (ours if we are alone)."""
         members = self.usage_map.members.values()
-        return min((m.acked_us for m in members), default=self.own.sequence)
+        return min((m.acked_us for m in members), default=self.echoed)
 
     # -- limits -----------------------------------------------------------------------------
 
@@ -242,7 +245,10 @@ class ClusterNode:
             for kind in KINDS:
                 if (group.name, kind) in self.limiter.states:
                     self.limiter.set_limit(group, kind, *lim[kind], place)
-        self.applied = {d: m.held for d, m in self.usage_map.members.items()}
+        if names is None:
+            self.dirty.clear()
+            self.all_dirty = False
+            self.applied = {d: m.held for d, m in self.usage_map.members.items()}
 
     def _place(self, name: str) -> Place:
         """Our rank among the group's members with demand (and us), by id: every member ranks
@@ -260,8 +266,8 @@ class ClusterNode:
             self.recompute(None, now)
         elif self.dirty:
             self.recompute(self.dirty, now)
-        else:
-            self.applied = {d: m.held for d, m in self.usage_map.members.items()}
+        # Every fold so far is in our limits now: what we acknowledge.
+        self.applied = {d: m.held for d, m in self.usage_map.members.items()}
         self.dirty = set()
         self.all_dirty = False
 
@@ -328,8 +334,11 @@ class ClusterNode:
             if m is not None and seq > 0:
                 report.ack_members.append(member_tag(d, m.incarnation))
                 report.ack_sequences.append(seq)
+        # A rise waits for acknowledgements; a fall lowers our own limit before the report
+        # goes out (peers may raise theirs the moment they fold it).
         report.ack_wanted = any(_demand(peer_usage(gu, tick_s)) > _demand(self.own.latest(n))
                                 for n, gu in fresh.items())
+        fallen = {n for n, gu in fresh.items() if _demand(peer_usage(gu, tick_s)) < _demand(self.own.latest(n))}
         report.groups.extend(entries[n] for n in sorted(entries))
         self.namespaces_trimmed += bound_report(report).namespaces
         parts = [report]
@@ -351,6 +360,8 @@ class ClusterNode:
             self.own.record(part.sequence, now, report.lease_ms / 1000.0, named)
             for name, usage in named.items():
                 self.usage_map.set_local(self.node_id, name, usage or PeerUsage(), now)
+        if fallen:
+            self.recompute(fallen, now)
         return parts
 
     def _restated(self, name: str, tick_s: float) -> GroupUsage:
@@ -477,6 +488,8 @@ class ClusterNode:
 
     def fold(self, report: UsageReport, now: float) -> FoldOutcome:
         if report.daemon_id == self.node_id:
+            if report.incarnation == self.incarnation:
+                self.echoed = max(self.echoed, report.sequence)
             if self.settled_at is None and report.incarnation == self.incarnation:
                 delay = max(0.0, now - self._sent_at(report.sequence))
                 self.settled_at = max(now, self.started + self.config.tick_seconds + delay)
