@@ -523,6 +523,5 @@ class ClusterNode:
             self.applied.pop(d, None)
         if silent:
             self.all_dirty = True
-        if self.usage_map.members:
-            self.own.prune(self._acked())
+        self.own.prune(min(self._acked(), self.echoed))  # the echo's send time is our own lease
         return silent
