@@ -18,6 +18,7 @@ demand (so the acknowledgement round trip starts now) or answers one that asked.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -27,7 +28,7 @@ from rgd.cluster.report_builder import MAX_REPORT_BYTES, bound_report, figures, 
 from rgd.cluster.report_codec import HmacKeys, Rejected, check_plausible, decode_report, groups_cap
 from rgd.cluster.suppression import SuppressionPolicy, SuppressionState, select_reports
 from rgd.cluster.usage_map import UsageMap, member_tag
-from rgd.config.groups import KINDS, ResourceGroup
+from rgd.config.groups import KINDS, QuotaCeilings, ResourceGroup
 from rgd.limiting.limiter import Collected, Limiter, Place, TickCounters, largest_bucket_seconds, rate_of
 from rgd.limiting.token_bucket import DEFAULT_BURST_SECONDS
 from rgd.quota.calculator import PEER_VIEW_STRATEGIES, UNSET, CalculatorCall, calculate_many, start_seconds_for
@@ -152,6 +153,10 @@ class ClusterNode:
         self._lease_was_valid = False
         # Round trips (send -> acknowledgement) measured lately: (our clock, seconds).
         self._round_trips: list[tuple[float, float]] = []
+        # Groups as last applied, and per recent config change the groups it changed, as they
+        # were, until when a peer's report may still have been counted under them.
+        self._applied_groups: dict[str, ResourceGroup] = dict(groups())
+        self._earlier: deque[tuple[float, dict[str, ResourceGroup]]] = deque()
 
     # -- premises ---------------------------------------------------------------------------
 
@@ -272,8 +277,17 @@ class ClusterNode:
         self.all_dirty = False
 
     def apply_config(self) -> None:
-        """The group config changed: drop deleted groups, recompute every limit."""
+        """The group config changed: drop deleted groups, recompute every limit. A changed
+        quota is judged as the higher of old and new for a lease and a round trip when vetting
+        peers' reports: a peer's report covers a tick it may have spent under the old quota,
+        and its config may change after ours."""
         groups = self.groups()
+        now = self.clock.now()
+        changed = {name: old for name, old in self._applied_groups.items()
+                   if (new := groups.get(name)) is not None and new != old}
+        if changed:
+            self._earlier.append((now + self.announced_lease(now) + self.config.tick_seconds, changed))
+        self._applied_groups = dict(groups)
         for name in {g for g, _ in self.limiter.states} - set(groups):
             self.limiter.forget(name)
             self.own.forget(name)
@@ -476,7 +490,10 @@ class ClusterNode:
                                self.keys, max_groups=groups_cap(len(groups)))
         if report.daemon_id != self.node_id:
             slack = largest_bucket_seconds(self.config.burst_seconds) + self.config.max_debt_seconds
-            check_plausible(report, groups, slack)
+            while self._earlier and self._earlier[0][0] <= now:
+                self._earlier.popleft()
+            ceilings = QuotaCeilings(groups, [changed for _, changed in self._earlier]) if self._earlier else groups
+            check_plausible(report, ceilings, slack)
         return report
 
     def receive(self, data: bytes, properties: Mapping[str, str] | None, now: float) -> FoldOutcome:
@@ -519,8 +536,9 @@ class ClusterNode:
         """Evict members silent past their lease; forget what no member can still hold of ours."""
         silent = self.usage_map.silent(now)
         for d in silent:
-            self.usage_map.evict(d)
+            self.usage_map.evict(d, now)
             self.applied.pop(d, None)
+        self.usage_map.forget_departed(now)
         if silent:
             self.all_dirty = True
         self.own.prune(min(self._acked(), self.echoed))  # the echo's send time is our own lease

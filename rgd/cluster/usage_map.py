@@ -26,12 +26,14 @@ from rgd.quota.model import IDLE, INF, KindRates, PeerUsage
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 
 __all__ = [
-    "EVICT_LEAVING", "EVICT_TTL", "Entry", "FoldResult", "Member", "UsageMap", "entry_usage", "group_rates",
+    "EVICT_LEAVING", "EVICT_TTL", "MAX_DEPARTED", "REJECT_REPLAY", "Entry", "FoldResult", "Member", "UsageMap", "entry_usage", "group_rates",
     "kind_rates", "member_tag",
 ]
 
 EVICT_LEAVING = "leaving"
 EVICT_TTL = "ttl"
+REJECT_REPLAY = "replay"  # a departed member's old report again
+MAX_DEPARTED = 4096  # departed members remembered (the oldest go first beyond this)
 
 
 def member_tag(daemon_id: str, incarnation: int) -> int:
@@ -103,6 +105,11 @@ class UsageMap:
     groups: dict[str, dict[str, Entry]] = field(default_factory=dict)
     members: dict[str, Member] = field(default_factory=dict)
     default_lease: float = 3.0
+    # Departed members' last (incarnation, sequence), kept for `replay_window` seconds: a
+    # genuine (signed) report replayed after its sender left must not bring it back as a
+    # member nobody can evict by silence while the replay goes on.
+    departed: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+    replay_window: float = 600.0
 
     def fold(self, report: UsageReport, now: float, our_tag: int) -> FoldResult:
         """Apply one vetted report from a peer, received at `now`. `our_tag`: how the peer's
@@ -111,6 +118,10 @@ class UsageMap:
         member = self.members.get(sender)
         lost = 0
         new = member is None
+        if member is None and sender in self.departed:
+            incarnation, sequence, _ = self.departed[sender]
+            if (report.incarnation, report.sequence) <= (incarnation, sequence):
+                return FoldResult(False, REJECT_REPLAY)
         if member is not None:
             if report.incarnation < member.incarnation:
                 return FoldResult(False, "stale_incarnation")
@@ -119,11 +130,13 @@ class UsageMap:
                     return FoldResult(False, "duplicate")
                 lost = report.sequence - member.sequence - 1
             else:  # a restart: the predecessor is gone, whole
-                self.evict(sender)
+                self.evict(sender, now)
                 new, member = True, None
         if report.leaving:
             gone = frozenset(member.groups) if member is not None else frozenset()
-            self.evict(sender)
+            if member is not None:
+                member.sequence = report.sequence
+            self.evict(sender, now)
             return FoldResult(True, lost=lost, changed=gone)
         if member is None:
             member = self.members[sender] = Member(report.incarnation, 0, now, 0, self.default_lease, joined=now)
@@ -168,11 +181,20 @@ class UsageMap:
             return
         self.groups.setdefault(group, {})[self_id] = Entry(usage, now)
 
-    def evict(self, daemon: str) -> None:
+    def evict(self, daemon: str, now: float = 0.0) -> None:
         member = self.members.pop(daemon, None)
         if member is not None:
             for name in list(member.groups):
                 self._drop(daemon, member, name)
+            self.departed.pop(daemon, None)
+            self.departed[daemon] = (member.incarnation, member.sequence, now)
+            while len(self.departed) > MAX_DEPARTED:
+                del self.departed[next(iter(self.departed))]
+
+    def forget_departed(self, now: float) -> None:
+        """Departed members older than the replay window (a replay that old fails the clock check)."""
+        for daemon in [d for d, (_, _, at) in self.departed.items() if now - at > self.replay_window]:
+            del self.departed[daemon]
 
     def silent(self, now: float) -> list[str]:
         """Members unheard for longer than their lease."""
