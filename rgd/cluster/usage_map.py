@@ -115,29 +115,17 @@ class UsageMap:
         """Apply one vetted report from a peer, received at `now`. `our_tag`: how the peer's
         acknowledgements name us (member_tag of our id and incarnation)."""
         sender = report.daemon_id
-        member = self.members.get(sender)
-        lost = 0
-        new = member is None
-        if member is None and sender in self.departed:
-            incarnation, sequence, _ = self.departed[sender]
-            if (report.incarnation, report.sequence) <= (incarnation, sequence):
-                return FoldResult(False, REJECT_REPLAY)
-        if member is not None:
-            if report.incarnation < member.incarnation:
-                return FoldResult(False, "stale_incarnation")
-            if report.incarnation == member.incarnation:
-                if report.sequence <= member.sequence:
-                    return FoldResult(False, "duplicate")
-                lost = report.sequence - member.sequence - 1
-            else:  # a restart: the predecessor is gone, whole
-                self.evict(sender, now)
-                new, member = True, None
+        admitted = self._admit(report, now)
+        if isinstance(admitted, FoldResult):
+            return admitted
+        member, lost = admitted
         if report.leaving:
             gone = frozenset(member.groups) if member is not None else frozenset()
             if member is not None:
                 member.sequence = report.sequence
             self.evict(sender, now)
             return FoldResult(True, lost=lost, changed=gone)
+        new = member is None
         if member is None:
             member = self.members[sender] = Member(report.incarnation, 0, now, 0, self.default_lease, joined=now)
         member.sequence = report.sequence
@@ -147,8 +135,36 @@ class UsageMap:
         for tag, seq in zip(report.ack_members, report.ack_sequences, strict=False):
             if tag == our_tag and seq > member.acked_us:
                 member.acked_us = seq
+        changed = self._apply(sender, member, report, now)
+        if report.base <= member.held or report.base == 0:
+            member.held = report.sequence
+        return FoldResult(True, lost=lost, new_member=new, changed=changed)
+
+    def _admit(self, report: UsageReport, now: float) -> tuple[Member | None, int] | FoldResult:
+        """Who sent it: the member it continues (None: a new member) and the reports lost
+        before it, or why it is rejected (a duplicate, an older incarnation, a replay)."""
+        sender = report.daemon_id
+        member = self.members.get(sender)
+        if member is None:
+            if sender in self.departed:
+                incarnation, sequence, _ = self.departed[sender]
+                if (report.incarnation, report.sequence) <= (incarnation, sequence):
+                    return FoldResult(False, REJECT_REPLAY)
+            return None, 0
+        if report.incarnation < member.incarnation:
+            return FoldResult(False, "stale_incarnation")
+        if report.incarnation > member.incarnation:  # a restart: the predecessor is gone, whole
+            self.evict(sender, now)
+            return None, 0
+        if report.sequence <= member.sequence:
+            return FoldResult(False, "duplicate")
+        return member, report.sequence - member.sequence - 1
+
+    def _apply(self, sender: str, member: Member, report: UsageReport, now: float) -> frozenset[str]:
+        """The report's entries into the map (an idle entry drops the group; a whole-state
+        report, base 0, drops every group it does not name); the groups that changed."""
         changed: set[str] = set()
-        if report.base == 0:  # the whole state: what it does not name is idle
+        if report.base == 0:
             named = {g.group for g in report.groups}
             for name in [n for n in member.groups if n not in named]:
                 self._drop(sender, member, name)
@@ -162,9 +178,7 @@ class UsageMap:
                 continue
             self.groups.setdefault(g.group, {})[sender] = Entry(usage, now)
             member.groups.add(g.group)
-        if report.base <= member.held or report.base == 0:
-            member.held = report.sequence
-        return FoldResult(True, lost=lost, new_member=new, changed=frozenset(changed))
+        return frozenset(changed)
 
     def _drop(self, sender: str, member: Member, name: str) -> None:
         entries = self.groups.get(name)
