@@ -41,7 +41,6 @@ __all__ = [
 ]
 
 REJECT_OWN = "own"  # our own report back from the topic: not an error
-EARLY_MIN_WINDOW = 0.2  # ticks: an early report measures demand over at least this long
 EARLY_MIN_MESSAGES = 2.0  # ... and a rise of more than this many messages in the window
 
 
@@ -291,6 +290,8 @@ class ClusterNode:
         for name in {g for g, _ in self.limiter.states} - set(groups):
             self.limiter.forget(name)
             self.own.forget(name)
+            for kind in KINDS:
+                self._marks.pop((name, kind), None)
             self.suppression.last_sent.pop(name, None)
             self.suppression.skipped.pop(name, None)
         self.all_dirty = True
@@ -304,12 +305,11 @@ class ClusterNode:
         tick = self.config.tick_seconds
         scaled: dict[tuple[str, str], Collected] = {}
         states = self.limiter.states
-        shortest = EARLY_MIN_WINDOW * tick
-        keys = [k for k in states if (names is None or k[0] in names)
-                and now - self._marks.get(k, (self.started,))[0] >= shortest]
+        shortest = self.config.react_seconds - 1e-9  # a report measures demand over a react interval at least
+        keys = [k for k in states if (names is None or k[0] in names) and now - self._mark_of(k, now)[0] >= shortest]
         for key in keys:
             st = states[key]
-            at, am, ab, tm, tb = self._marks.get(key, (self.started, 0, 0, 0, 0))
+            at, am, ab, tm, tb = self._mark_of(key, now)
             span = now - at
             f = tick / span
             counters = TickCounters(round((st.total_admitted_messages - am) * f),
@@ -319,6 +319,17 @@ class ClusterNode:
             c = collected.get(key) if collected is not None else None
             scaled[key] = Collected(counters, c.namespaces if c else frozenset(), c.topics if c else 0)
         return group_entries(scaled, states, self.groups(), sorted({g for g, _ in keys}))
+
+    def _mark_of(self, key: tuple[str, str], now: float) -> tuple[float, int, int, int, int]:
+        """The (group, kind)'s mark, set where it is first seen (a bucket made since the last
+        look): its window starts then, not at our start, so a new group's demand reads as the
+        rate it arrives at."""
+        mark = self._marks.get(key)
+        if mark is None:
+            st = self.limiter.states[key]
+            mark = self._marks[key] = (now, st.total_admitted_messages, st.total_admitted_bytes,
+                                       st.total_throttled_messages, st.total_throttled_bytes)
+        return mark
 
     def _mark(self, now: float, names: list[str]) -> None:
         wanted = set(names)
@@ -457,9 +468,9 @@ class ClusterNode:
         tolerance = self.config.suppression.tolerance
         out = set()
         for key, st in self.limiter.states.items():
-            at, am, _ab, tm, _tb = self._marks.get(key, (self.started, 0, 0, 0, 0))
+            at, am, _ab, tm, _tb = self._mark_of(key, now)
             span = now - at
-            if span < EARLY_MIN_WINDOW * tick:
+            if span < self.config.react_seconds - 1e-9:
                 continue
             demand = st.total_admitted_messages + st.total_throttled_messages - am - tm
             if demand <= EARLY_MIN_MESSAGES:
