@@ -25,7 +25,7 @@ from typing import Protocol
 
 from rgd.cluster.own_reports import OwnReports
 from rgd.cluster.report_builder import MAX_REPORT_BYTES, bound_report, figures, group_entries, peer_usage, split_points
-from rgd.cluster.report_codec import HmacKeys, Rejected, check_plausible, decode_report, groups_cap
+from rgd.cluster.report_codec import REPLAY_WINDOW_MS, HmacKeys, Rejected, check_plausible, decode_report, groups_cap
 from rgd.cluster.suppression import SuppressionPolicy, SuppressionState, select_reports
 from rgd.cluster.usage_map import UsageMap, member_tag
 from rgd.config.groups import KINDS, QuotaCeilings, ResourceGroup
@@ -129,7 +129,8 @@ class ClusterNode:
         self.keys = keys
         now = clock.now()
         self.started = now
-        self.usage_map = UsageMap(default_lease=config.lease_seconds)
+        self.usage_map = UsageMap(default_lease=config.lease_seconds,
+                                  replay_window=REPLAY_WINDOW_MS / 1000.0 if keys is not None else None)
         self.own = OwnReports()
         self.suppression = SuppressionState[str]()
         self.limiter = limiter_class(clock.now, config.burst_seconds, config.max_debt_seconds,

@@ -40,7 +40,7 @@ from rgd.wire.usage_report_pb2 import KindUsage, UsageReport, UsageReportEntries
 # Pulsar's default maxMessageSize (5 MB): a larger message cannot have come through a
 # default broker, and our own reports stay under 4 MiB (rgd.cluster.report_builder.bound_report).
 MAX_REPORT_BYTES = 5 * 1024 * 1024
-MAX_MEMBERS = 1024  # a report acknowledges at most this many members
+MAX_MEMBERS = 1024  # a report acknowledges at most this many members (rgd.cluster.usage_map keeps at most so many)
 MAX_COUNT = 1 << 53  # per tick; beyond exact float range is nonsense
 MAX_SKEW_MS = 5 * 60 * 1000  # publish time vs our clock
 # A genuine report can be replayed while its publish time is within MAX_SKEW_MS of our

@@ -26,13 +26,15 @@ from rgd.quota.model import IDLE, INF, KindRates, PeerUsage
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 
 __all__ = [
-    "EVICT_LEAVING", "EVICT_TTL", "MAX_DEPARTED", "REJECT_REPLAY", "Entry", "FoldResult", "Member", "UsageMap", "entry_usage", "group_rates",
+    "EVICT_LEAVING", "EVICT_TTL", "MAX_DEPARTED", "MAX_MEMBERS", "REJECT_MEMBER_LIMIT", "REJECT_REPLAY", "Entry", "FoldResult", "Member", "UsageMap", "entry_usage", "group_rates",
     "kind_rates", "member_tag",
 ]
 
 EVICT_LEAVING = "leaving"
 EVICT_TTL = "ttl"
 REJECT_REPLAY = "replay"  # a departed member's old report again
+REJECT_MEMBER_LIMIT = "member_limit"  # a new member beyond MAX_MEMBERS
+MAX_MEMBERS = 1024  # peers in the map (a report acknowledges at most this many: report_codec)
 MAX_DEPARTED = 4096  # departed members remembered (the oldest go first beyond this)
 
 
@@ -108,8 +110,10 @@ class UsageMap:
     # Departed members' last (incarnation, sequence), kept for `replay_window` seconds: a
     # genuine (signed) report replayed after its sender left must not bring it back as a
     # member nobody can evict by silence while the replay goes on.
+    # Only with signed reports (`replay_window` set): unsigned, anyone may forge a leave with a
+    # huge sequence, and remembering it would lock the real member out.
     departed: dict[str, tuple[int, int, float]] = field(default_factory=dict)
-    replay_window: float = 600.0
+    replay_window: float | None = None
 
     def fold(self, report: UsageReport, now: float, our_tag: int) -> FoldResult:
         """Apply one vetted report from a peer, received at `now`. `our_tag`: how the peer's
@@ -150,6 +154,8 @@ class UsageMap:
                 incarnation, sequence, _ = self.departed[sender]
                 if (report.incarnation, report.sequence) <= (incarnation, sequence):
                     return FoldResult(False, REJECT_REPLAY)
+            if len(self.members) >= MAX_MEMBERS and not report.leaving:
+                return FoldResult(False, REJECT_MEMBER_LIMIT)
             return None, 0
         if report.incarnation < member.incarnation:
             return FoldResult(False, "stale_incarnation")
@@ -200,14 +206,18 @@ class UsageMap:
         if member is not None:
             for name in list(member.groups):
                 self._drop(daemon, member, name)
-            self.departed.pop(daemon, None)
-            self.departed[daemon] = (member.incarnation, member.sequence, now)
-            while len(self.departed) > MAX_DEPARTED:
-                del self.departed[next(iter(self.departed))]
+            if self.replay_window is not None:
+                self.departed.pop(daemon, None)
+                self.departed[daemon] = (member.incarnation, member.sequence, now)
+                while len(self.departed) > MAX_DEPARTED:
+                    del self.departed[next(iter(self.departed))]
 
     def forget_departed(self, now: float) -> None:
         """Departed members older than the replay window (a replay that old fails the clock check)."""
-        for daemon in [d for d, (_, _, at) in self.departed.items() if now - at > self.replay_window]:
+        window = self.replay_window
+        if window is None:
+            return
+        for daemon in [d for d, (_, _, at) in self.departed.items() if now - at > window]:
             del self.departed[daemon]
 
     def silent(self, now: float) -> list[str]:

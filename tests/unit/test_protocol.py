@@ -125,7 +125,7 @@ def test_acknowledgements_of_us_are_read_from_every_report() -> None:
 
 
 def test_a_departed_members_old_reports_are_replays_its_new_ones_are_not() -> None:
-    m = UsageMap()
+    m = UsageMap(replay_window=600.0)  # signed reports: a departed member's are remembered
     m.fold(report("p", 1, 0, {"g": 10}), 0.0, 0)
     m.fold(report("p", 2, 1, {}, leaving=True), 1.0, 0)
     assert "p" not in m.members

@@ -181,7 +181,7 @@ US = member_tag("a", 6)  # how peers' acknowledgements name the receiver in thes
 
 
 def test_a_departed_daemons_reports_replayed_are_rejected():
-    m = UsageMap()
+    m = UsageMap(replay_window=600.0)
     genuine = [report(seq=s, groups={"gold": 50}) for s in range(1, 6)]
     for s, r in enumerate(genuine):
         assert m.fold(r, float(s), US).accepted
@@ -197,7 +197,7 @@ def test_a_departed_daemons_reports_replayed_are_rejected():
 
 
 def test_an_evicted_daemons_old_reports_are_replays_its_next_ones_are_not():
-    m = UsageMap(default_lease=3.0)
+    m = UsageMap(default_lease=3.0, replay_window=600.0)
     for s in range(1, 4):
         m.fold(report(seq=s, groups={"gold": 50}), float(s), US)
     assert m.silent(10.0) == ["b"]
@@ -209,7 +209,7 @@ def test_an_evicted_daemons_old_reports_are_replays_its_next_ones_are_not():
 
 
 def test_the_memory_ends_with_the_replay_window():
-    m = UsageMap()
+    m = UsageMap(replay_window=600.0)
     window = REPLAY_WINDOW_MS / 1000
     assert m.replay_window == window == 600.0  # a replay older than that fails the clock check
     m.fold(report(seq=1), 0.0, US)
