@@ -111,7 +111,7 @@ def analyse(fig: Figures, counts: dict[str, dict[int, int]], t0: float, t_end: f
         if d == CUT and cut_wall <= t < heal_wall and status != 200:
             fig.not_ready_after_s = round(t - cut_wall, 2)
             fig.not_ready_says = {k: doc.get(k) for k in ("ready", "broker_connected", "broker_unresponsive",
-                                                          "members", "safe_share") if k in doc}
+                                                          "members", "lease") if k in doc}
             fig.not_ready_says["status"] = status
             break
     for t, d, status, _ in samples:

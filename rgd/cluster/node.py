@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 REJECT_OWN = "own"  # our own report back from the topic: not an error
+MAX_LEASE_FACTOR = 3.0  # a lease never grows beyond this many configured leases, however slow the round trips
 EARLY_MIN_MESSAGES = 2.0  # ... and a rise of more than this many messages in the window
 
 
@@ -129,6 +130,7 @@ class ClusterNode:
         self.keys = keys
         now = clock.now()
         self.started = now
+        self.deaf_since = now  # when we last began listening to the topic (our start, or the end of a cut)
         self.usage_map = UsageMap(default_lease=config.lease_seconds,
                                   replay_window=REPLAY_WINDOW_MS / 1000.0 if keys is not None else None)
         self.own = OwnReports()
@@ -179,12 +181,16 @@ class ClusterNode:
         """The lease our reports announce: the configured one, or a tick more than a round
         trip where that is longer (a lease shorter than a round trip could never be renewed).
         Safety does not depend on the value: peers evict us by what we announced."""
-        return max(self.config.lease_seconds, self.round_trip(now) + self.config.tick_seconds)
+        longest = MAX_LEASE_FACTOR * self.config.lease_seconds
+        return min(longest, max(self.config.lease_seconds, self.round_trip(now) + self.config.tick_seconds))
 
     def lease_end(self) -> float:
-        """Until when every live member keeps us (our clock): see OwnReports.lease_end. A react
-        interval early, since our limits move only at a react."""
-        acks = [self.echoed, *(m.acked_us for m in self.usage_map.members.values())]
+        """Until when every member that held our state keeps us (our clock): see
+        OwnReports.lease_end; our own echo counts as a member's. A react interval early, since
+        our limits move only at a react. A member that never acknowledged us does not count:
+        it has heard us and counts us as busy until it holds our state, or it has not and is
+        still settling (P3), admitting nothing."""
+        acks = [self.echoed, *(m.acked_us for m in self.usage_map.members.values() if m.acked_us)]
         return self.own.lease_end(acks) - self.config.react_seconds
 
     def lease_valid(self, now: float) -> bool:
@@ -192,12 +198,8 @@ class ClusterNode:
 
     def unacknowledging(self, now: float) -> list[str]:
         """Members whose acknowledgement of us is too old to keep our lease (readiness)."""
-        end = self.config.lease_seconds
-        out = []
-        for d, m in self.usage_map.members.items():
-            if self.own.lease_end([m.acked_us]) - self.config.react_seconds <= now or m.acked_us == 0:
-                out.append(d)
-        return sorted(out) if end else []
+        return sorted(d for d, m in self.usage_map.members.items()
+                      if m.acked_us and self.own.lease_end([m.acked_us]) - self.config.react_seconds <= now)
 
     def members(self) -> set[str]:
         return {*self.usage_map.members, self.node_id}
@@ -262,7 +264,15 @@ class ClusterNode:
         others = [d for d in entries if d != self.node_id]
         return Place(sum(1 for d in others if d < self.node_id), len(others) + 1)
 
+    def _listen_again_if_deaf(self, now: float) -> None:
+        """We have not heard ourselves for a lease: we were cut off, and whom we evicted
+        meanwhile may be alive. Listen again before we believe our member list (P3)."""
+        if self.config.guarded and self.settled_at is not None and now > self.own.lease_end([self.echoed]):
+            self.settled_at = None
+            self.deaf_since = now
+
     def recompute_changed(self, now: float) -> None:
+        self._listen_again_if_deaf(now)
         valid = self.lease_valid(now)
         if valid != self._lease_was_valid:
             self.all_dirty = True
@@ -520,8 +530,9 @@ class ClusterNode:
             if report.incarnation == self.incarnation:
                 self.echoed = max(self.echoed, report.sequence)
             if self.settled_at is None and report.incarnation == self.incarnation:
+                # Listening from now (or our start) for a tick plus the delay this echo took.
                 delay = max(0.0, now - self._sent_at(report.sequence))
-                self.settled_at = max(now, self.started + self.config.tick_seconds + delay)
+                self.settled_at = max(now, self.deaf_since + self.config.tick_seconds + delay)
             return FoldOutcome(report, REJECT_OWN)
         member = self.usage_map.members.get(report.daemon_id)
         acked_before = member.acked_us if member is not None and member.incarnation == report.incarnation else 0
@@ -534,7 +545,9 @@ class ClusterNode:
         self.ack_due |= report.ack_wanted
         member = self.usage_map.members.get(report.daemon_id)
         if member is not None and member.acked_us > acked_before:
-            self._round_trips.append((now, now - self._sent_at(member.acked_us)))
+            sent = self._sent_at(member.acked_us)
+            if sent > -math.inf:  # an acknowledgement of a report we no longer keep measures nothing
+                self._round_trips.append((now, now - sent))
             self.dirty |= set(self.own.history)  # its acknowledgement may move our own view
         return FoldOutcome(report, "", result.lost, result.new_member)
 

@@ -136,9 +136,13 @@ class UsageMap:
         member.last_seen = now
         member.publish_time_ms = report.publish_time_ms
         member.lease = report.lease_ms / 1000.0 if report.lease_ms else self.default_lease
+        # What it holds of us now: a report that does not acknowledge us says it holds nothing
+        # of ours (it evicted us, or lost our state), whatever it acknowledged before.
+        acked = 0
         for tag, seq in zip(report.ack_members, report.ack_sequences, strict=False):
-            if tag == our_tag and seq > member.acked_us:
-                member.acked_us = seq
+            if tag == our_tag:
+                acked = max(seq, member.acked_us)
+        member.acked_us = acked
         changed = self._apply(sender, member, report, now)
         if report.base <= member.held or report.base == 0:
             member.held = report.sequence

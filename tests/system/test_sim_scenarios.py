@@ -27,15 +27,8 @@ def test_every_required_scenario_is_built_in() -> None:
 
 # `loss` has its own targets below; `issue12-coupled` binds in bytes, which the messages
 # metric does not judge (its targets are checked by hand below).
-# `partition` (issue 42): today's node keeps a cut-off daemon's share while its peers evict
-# it and split the quota without it, 60 % over for the cut's length; the protocol rewrite
-# (leases) is to make it pass, and removes the mark then.
-PARTITION_TODAY = pytest.mark.xfail(strict=True, reason="issue 42: a partitioned daemon keeps its share while its "
-                                    "peers take the quota: 60 % overshoot, never converges (sim, 2026-11-27)")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=PARTITION_TODAY) if n == "partition" else n
-                                  for n in BUILTINS if n not in ("loss", "issue12-coupled")])
+# `partition`: a daemon cut off the topic while its brokers keep asking it admits nothing from
+# its lease's end; the judge splits the quota over the connected daemons meanwhile.
 def test_rgd_meets_its_targets(name: str) -> None:
     _, m = result(name, "rgd")
     assert m.ticks_to_converge is not None and m.ticks_to_converge <= 3, m.windows
