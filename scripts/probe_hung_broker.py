@@ -56,7 +56,7 @@ class Watcher:
 
     def __init__(self, daemons: list[DaemonProcess], seconds: float, every: float = 0.2) -> None:
         self.daemons, self.seconds, self.every = daemons, seconds, every
-        self.samples: list[tuple[float, str, int, dict, float, float]] = []  # t, id, status, doc, connected, safe
+        self.samples: list[tuple[float, str, int, dict, float, float]] = []  # t, id, status, doc, connected, lease
         self.limits: list[tuple[float, str, float]] = []  # t, id, local msgs/s limit of the probe group
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -68,12 +68,12 @@ class Watcher:
                 try:
                     status, doc = readyz(d.url)
                     connected = metric(d.url, "rgd_broker_connected", timeout=2)
-                    safe = metric(d.url, "rgd_safe_share_active", timeout=2)
+                    lease = metric(d.url, "rgd_lease_valid", timeout=2)
                     _, quota = d.get_json("/v1/quota?namespace=probe/ns")
                 except (OSError, ValueError, KeyError):
                     continue
                 now = time.time()
-                self.samples.append((now, d.daemon_id, status, doc, connected, safe))
+                self.samples.append((now, d.daemon_id, status, doc, connected, lease))
                 limit = quota.get("publish", {}).get("local", {}).get("messages_per_second")
                 if limit is not None:
                     self.limits.append((now, d.daemon_id, float(limit)))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the test suite needs beyond Python: a JDK 17 (Spark runs on its JRE;
 # javac builds the Java client, clients/java), Chromium (renders the HTML report),
-# redis-server and wrk (benchmark smoke test).
+# redis-server and wrk (benchmark smoke test), iproute2 (`ip`: the network namespaces of the
+# partition test, tests/support/netns.py).
 # Installs only what is missing; needs root (CI runs as root).
 set -euo pipefail
 need=()
@@ -10,6 +11,7 @@ if ! command -v java >/dev/null || ! command -v javac >/dev/null; then need+=(op
 command -v chromium >/dev/null || need+=(chromium)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v wrk >/dev/null || need+=(wrk)
+command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq

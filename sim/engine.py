@@ -12,6 +12,12 @@ Time advances in sub-steps of 1/substeps tick. At every sub-step:
    group's demand moved (over the window up to now), recomputes what changed. What a
    react decides holds from the next sub-step, so a report is folded at most a react
    interval after it arrives, as by the daemon's react loop.
+After the ticks and again after the reacts of every sub-step, the invariant checker
+(sim/invariant.py) sums the limits the live daemons have granted themselves per group,
+kind and limited dimension against the quota; `RunResult.violations` carries what it found.
+A partition event cuts a daemon off the simulated topic (sim/transport.py) while its
+brokers keep asking it: it runs, ticks and admits as before, on what it last heard.
+
 Daemons tick once per tick each, at different phases (not aligned, as in a real
 cluster), so a report published by one is folded by the others before their next
 tick. Events apply at the start of their tick; config changes reach every daemon
@@ -35,6 +41,7 @@ from rgd.config.groups import KINDS, ResourceGroup
 from rgd.quota.calculator import QuotaParams, strategy_named
 from rgd.wire.usage_report_pb2 import UsageReport
 from sim.broker import ArrivingDemand
+from sim.invariant import InvariantChecker, Situation, Violation
 from sim.node import NodeStats, SimNode
 from sim.profiles import Profile, profile_for
 from sim.scenario import Scenario, ScenarioError, Sizes
@@ -124,6 +131,9 @@ class RunResult:
     daemon_ticks: int = 0  # sum over ticks of the daemons running
     counters: dict[str, int] = field(default_factory=dict)  # summed NodeStats of every daemon
     limits: list[dict[str, dict[str, float]]] = field(default_factory=list)  # per tick: dim -> daemon -> limit
+    violations: list[Violation] = field(default_factory=list)  # of the invariant (sim/invariant.py), by start
+    invariant_checks: int = 0  # instants the invariant was checked at
+    reports_cut: int = 0  # deliveries a partition dropped (to or from a cut daemon)
 
 
 class _Sink:
@@ -188,9 +198,16 @@ class Simulation:
         self._incarnation = 0
         self._arrivals: dict[tuple[str, str, str], ArrivingDemand] = {}
         self._sink = _Sink(self)
+        self.invariant = InvariantChecker()
+        # Ticks at which daemons joined, crashed or were healed: the invariant's situation
+        # names those within the TTL (sim.invariant.Situation).
+        self._joined_at: dict[str, int] = {}
+        self._crashed_at: dict[str, int] = {}
+        self._healed_at: dict[str, int] = {}
         n = len(scenario.daemons)
         for i, node_id in enumerate(scenario.daemons):
             self._spawn(node_id, self._phase(i, n))
+            self._joined_at[node_id] = 0  # the start is everyone's join
 
     # -- membership -------------------------------------------------------------------------
 
@@ -203,16 +220,14 @@ class Simulation:
         return self.rng.randrange(s)
 
     def _spawn(self, node_id: str, phase: int) -> None:
-        """Start a daemon; a same-id restart resumes from what its predecessor left
-        (rgd.cluster.node.Resume), as the daemon does from its state file."""
+        """Start a daemon (a same-id restart is a new incarnation: peers drop its predecessor
+        as soon as they hear it)."""
         self._incarnation += 1
-        before = [n for n in self.retired if n.node_id == node_id]
         self.nodes[node_id] = SimNode(
             node_id=node_id, incarnation=self._incarnation, phase=phase, clock=lambda: self.now,
             strategy=self.strategy, params=self.params, profile=self.profile, groups=self.groups,
             sink=self._sink, burst_seconds=self.scenario.burst, tick_seconds=TICK_SECONDS,
             react_seconds=TICK_SECONDS / self.scenario.substeps,
-            resume=before[-1].node.resume_state() if before else None,
         )
         if self.log is not None:
             self.log.attach(self.nodes[node_id])
@@ -223,7 +238,8 @@ class Simulation:
             raise ScenarioError(f"{where}: daemon {node_id!r} is not running")
         del self.nodes[node_id]
         if graceful:
-            node.leave(self.now)  # to the others only: a stopped daemon hears nothing
+            node.leave(self.now)  # to the others only: a stopped daemon hears nothing (nobody, if cut)
+        self.transport.cut.discard(node_id)
         if self.log is not None:
             self.log.detach(node, graceful)
         self.retired.append(node)
@@ -252,6 +268,7 @@ class Simulation:
             labels.append("groups " + ",".join(sorted(ev.groups)))
         for node_id in ev.crash:
             self._remove(node_id, False, where)
+            self._crashed_at[node_id] = ev.at
             observable = max(observable, ev.at + self.profile.ttl_ticks)
         for node_id in ev.leave:
             self._remove(node_id, True, where)
@@ -260,6 +277,21 @@ class Simulation:
             if node_id in self.nodes:
                 raise ScenarioError(f"{where}: daemon {node_id!r} is already running")
             self._spawn(node_id, self._phase(0, 0) if self.scenario.phases != "aligned" else 0)
+            self._joined_at[node_id] = ev.at
+            observable = max(observable, ev.at + 1)
+        for node_id in ev.partition:
+            if node_id not in self.nodes:
+                raise ScenarioError(f"{where}: daemon {node_id!r} is not running")
+            if node_id in self.transport.cut:
+                raise ScenarioError(f"{where}: daemon {node_id!r} is partitioned already")
+            self.transport.cut.add(node_id)
+            # Peers see it as crashed: evicted after their TTL.
+            observable = max(observable, ev.at + self.profile.ttl_ticks)
+        for node_id in ev.heal:
+            if node_id not in self.transport.cut:
+                raise ScenarioError(f"{where}: daemon {node_id!r} is not partitioned")
+            self.transport.cut.discard(node_id)
+            self._healed_at[node_id] = ev.at
             observable = max(observable, ev.at + 1)
         if ev.demand:
             for group, per in ev.demand.items():
@@ -272,14 +304,17 @@ class Simulation:
             self.sizes.update(ev.message_sizes)
             touched.update(f"{group}/{kind}" for group in ev.message_sizes for kind in KINDS)
             observable = max(observable, ev.at + 1)
-        for what, ids in (("crash", ev.crash), ("leave", ev.leave), ("join", ev.join)):
+        for what, ids in (("crash", ev.crash), ("leave", ev.leave), ("join", ev.join),
+                          ("partition", ev.partition), ("heal", ev.heal)):
             if ids:
                 labels.append(f"{what} {','.join(ids)}")
         if ev.demand:
             labels.append("demand")
         if ev.message_sizes:
             labels.append("sizes " + ",".join(sorted(ev.message_sizes)))
-        members_changed = bool(ev.crash or ev.leave or ev.join)
+        if ev.groups:
+            self.invariant.config_changed()
+        members_changed = bool(ev.crash or ev.leave or ev.join or ev.partition or ev.heal)
         return Change(ev.at, observable, "; ".join(labels), None if members_changed else frozenset(touched))
 
     # -- the loop ---------------------------------------------------------------------------
@@ -319,6 +354,7 @@ class Simulation:
                         node.tick(self.now)
                         if self.log is not None:
                             self.log.tick(node.node_id, self.now)
+                self._check_invariant(k)
                 self._traffic(record, factors, s)
                 # Reacts at the sub-step's end: they measure all of its traffic, fold what
                 # arrived during it, and what they decide holds from the next sub-step (a
@@ -328,6 +364,7 @@ class Simulation:
                 self._deliver()
                 for node in sorted(self.nodes.values(), key=lambda n: n.node_id):
                     node.react(self.now)
+                self._check_invariant(k)
             limits.append(self._limits())
         if self.log is not None:
             self.log.close()
@@ -341,7 +378,22 @@ class Simulation:
             daemon_ticks=daemon_ticks,
             counters={k: sum(getattr(n.stats, k) for n in everyone) for k in vars(NodeStats())},
             limits=limits,
+            violations=self.invariant.finish(),
+            invariant_checks=self.invariant.checks,
+            reports_cut=self.transport.cut_off,
         )
+
+    def _check_invariant(self, tick: int) -> None:
+        def situation() -> Situation:
+            ttl = self.profile.ttl_ticks
+
+            def recent(at: dict[str, int]) -> tuple[str, ...]:
+                return tuple(sorted(d for d, t in at.items() if tick - t <= ttl))
+
+            return Situation(tuple(sorted(self.transport.cut)), recent(self._joined_at), recent(self._crashed_at),
+                             recent(self._healed_at), self.scenario.loss, self.scenario.delay)
+
+        self.invariant.check(self.now, self.nodes, self.groups, situation)
 
     def _deliver(self) -> None:
         """Put what the simulated topic has due by now into the receivers' inboxes."""
@@ -390,8 +442,12 @@ class Simulation:
                     tick = record.get(key)
                     mb = self.sizes.of(group_name, node_id)
                     unit = 1.0 if tick is None else self._unit(group, kind, node_id)[1]  # type: ignore[index]
+                    # A daemon cut off the topic has no share of the quota to claim (it cannot agree
+                    # one with its peers): the judge's ideal splits the quota over the others, and
+                    # whatever it admits meanwhile counts against the quota all the same.
+                    cut = node_id in self.transport.cut
                     if tick is not None:
-                        tick.offered[node_id] = rate * unit
+                        tick.offered[node_id] = 0.0 if cut else rate * unit
                         tick.message_bytes[node_id] = float(mb)
                         tick.per_message[node_id] = unit
                         tick.admitted.setdefault(node_id, 0.0)
@@ -404,7 +460,7 @@ class Simulation:
                     admitted = arriving.step(rate, self.now, self.now + step, batch, node.asker(group, kind, mb))
                     if tick is not None:
                         tick.admitted[node_id] += admitted * unit
-                        tick.arrived[node_id] += arriving.arrived * unit
+                        tick.arrived[node_id] += 0.0 if cut else arriving.arrived * unit
 
     @staticmethod
     def _limit_messages(node: SimNode, group: str, kind: str, mb: int) -> float:

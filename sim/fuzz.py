@@ -445,6 +445,9 @@ class CaseResult:
     binding: tuple[str, ...]  # binding dimension per judged change
     seconds: float
     error: str = ""  # the run raised (a bug in the code under test): every target fails
+    violations: int = 0  # episodes of the invariant broken (sim/invariant.py)
+    worst_violation_pct: float = 0.0  # the worst one's excess over the quota (INF: a quota of 0)
+    worst_violation: str = ""  # what, when and the situation
 
     @property
     def strict_convergence(self) -> bool:
@@ -465,6 +468,9 @@ def judge_case(scenario: Scenario, m: Metrics, seconds: float) -> CaseResult:
         jain=tuple(w.jain for w in converged if w.jain is not None),
         binding=tuple(w.binding for w in judged),
         seconds=seconds,
+        violations=m.invariant_violations,
+        worst_violation_pct=m.worst_violation_pct or 0.0,
+        worst_violation=m.worst_violation,
     )
 
 
@@ -494,6 +500,7 @@ def run_case(job: tuple[int, int, tuple[str, ...]]) -> list[CaseResult]:
             if strategy == HINDSIGHT:
                 reference = replay(last if last is not None else run(sc, "rgd"))
                 reference.strategy = HINDSIGHT
+                reference.violations = []  # it grants no limits: the replayed run's are not its own
                 m = evaluate(reference)
             else:
                 last = run(sc, strategy)
@@ -662,6 +669,7 @@ def summarize(report: FuzzReport) -> str:
     for s, f in figs.items():
         lines += [f"- {label(s)}:"] + [f"  - {t}" for t in target_lines(f)]
     lines += _comparison(figs)
+    lines += _invariant_lines(per)
     lines += ["", "Worst overshoot by delivery delay: max % (scenarios over 10 % / scenarios); where the worst tick of "
               "each scenario over 10 % was:", "",
               "| strategy | delay 0 | delay 0 < d <= 1 tick | delay > 1 tick | start-up (tick <= 3) / later |",
@@ -685,6 +693,22 @@ def summarize(report: FuzzReport) -> str:
         f"converged window, change x dimension)",
     ]
     return "\n".join(lines)
+
+
+def _invariant_lines(per: dict[str, list[CaseResult]]) -> list[str]:
+    """Per strategy: how often the sum of granted limits broke quota + 10 % (sim/invariant.py), and the worst."""
+    lines = ["", "Invariant (the limits the live daemons granted themselves, summed per group, kind and dimension, "
+             "within the quota + 10 % at every sub-step):", "",
+             "| strategy | scenarios violating | episodes | worst % over the quota | where (situation) |",
+             "|---|---:|---:|---:|---|"]
+    for s, cs in per.items():
+        done = [c for c in cs if not c.error]
+        bad = [c for c in done if c.violations]
+        worst = max(bad, key=lambda c: c.worst_violation_pct, default=None)
+        where = f"{worst.scenario}: {worst.worst_violation}" if worst else "—"
+        lines.append(f"| {s} | {len(bad)} / {len(done)} | {sum(c.violations for c in done)} "
+                     f"| {_pct(worst.worst_violation_pct) if worst else '—'} | {where} |")
+    return lines
 
 
 def _tick_of(where: str) -> int:

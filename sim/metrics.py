@@ -36,7 +36,10 @@ the bytes quota. Definitions (all documented in the table's legend, sim/table.py
 - overshoot: the worst tick's cluster usage above the quota, in %, over every limited
   dimension (bytes too, where messages and bytes are both limited);
 - over quota: share of ticks in which the cluster admitted more than 1 % above
-  the quota (1 % absorbs sub-step jitter).
+  the quota (1 % absorbs sub-step jitter);
+- invariant: the episodes in which the limits the daemons granted themselves summed to
+  more than the quota + 10 % (sim/invariant.py, checked twice per sub-step), and the
+  worst one's excess over the quota.
 """
 
 from __future__ import annotations
@@ -83,9 +86,15 @@ class Metrics:
     windows: list[WindowMetrics] = field(default_factory=list)
     overshoot_at: str = ""  # where the worst tick was: "group/kind tick k (messages|bytes)"
     counters: dict[str, int] = field(default_factory=dict)  # reports, groups sent/suppressed, losses...
+    invariant_violations: int = 0  # episodes over the bound (sim/invariant.py)
+    worst_violation_pct: float | None = None  # the worst episode's excess over the quota (INF: a quota of 0)
+    worst_violation: str = ""  # what and when, with the situation
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        doc = asdict(self)
+        if doc["worst_violation_pct"] == math.inf:
+            doc["worst_violation_pct"] = "inf"  # JSON has no infinity
+        return doc
 
 
 @dataclass(frozen=True)
@@ -275,6 +284,7 @@ def evaluate(result: RunResult) -> Metrics:
             if w is not None:
                 windows.append(w)
     ttcs = [w.ticks_to_converge for w in windows]
+    worst_violation = max(result.violations, key=lambda v: v.excess_pct, default=None)
     utils = [w.utilization for w in windows if w.utilization is not None]
     jains = [w.jain for w in windows if w.jain is not None]
     return Metrics(
@@ -288,7 +298,10 @@ def evaluate(result: RunResult) -> Metrics:
         report_bytes_per_daemon_tick=result.report_bytes / max(1, result.daemon_ticks),
         windows=windows,
         overshoot_at=worst_at,
-        counters={**result.counters, "transport_lost": result.reports_lost},
+        counters={**result.counters, "transport_lost": result.reports_lost, "transport_cut": result.reports_cut},
+        invariant_violations=len(result.violations),
+        worst_violation_pct=worst_violation.excess_pct if worst_violation else None,
+        worst_violation=worst_violation.describe() if worst_violation else "",
     )
 
 

@@ -1,9 +1,9 @@
 """One simulated daemon: rgd's ClusterNode on the simulator's clock and topic.
 
-Everything a daemon decides (collect, suppress, report, vet and fold, upkeep,
-announce, compute) is `rgd.cluster.node.ClusterNode`, the same object the real
-daemon drives; this wrapper only replaces Pulsar with the simulated topic
-(`ReportSink`) and counts what happened for the results table.
+Everything a daemon decides (collect, suppress, report, vet and fold, evict, compute) is
+`rgd.cluster.node.ClusterNode`, the same object the real daemon drives, with the same
+`Clock` interface; this wrapper only replaces Pulsar with the simulated topic (`ReportSink`)
+and counts what happened for the results table.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rgd.cluster.node import REJECT_OWN, ClusterNode, NodeConfig, Resume, start_seconds_for
+from rgd.cluster.node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
 from rgd.cluster.report_codec import serialize_report
 from rgd.cluster.usage_map import UsageMap
 from rgd.config.groups import ResourceGroup
@@ -30,6 +30,19 @@ SIM_EPOCH = 1_767_225_600.0
 
 def wall_ms(now: float) -> int:
     return int(round((SIM_EPOCH + now) * 1000))
+
+
+@dataclass(frozen=True)
+class SimClock:
+    """The simulator's time through the node's Clock interface."""
+
+    read: Callable[[], float]
+
+    def now(self) -> float:
+        return self.read()
+
+    def wall_ms(self, at: float) -> int:
+        return wall_ms(at)
 
 
 class ReportSink(Protocol):
@@ -66,20 +79,19 @@ class SimNode:
     burst_seconds: float = DEFAULT_BURST_SECONDS
     tick_seconds: float = 1.0
     react_seconds: float = 0.1  # one sub-step: react() runs at every one
-    resume: Resume | None = None  # a same-id restart: what its predecessor left
     inbox: list[bytes] = field(default_factory=list)
     stats: NodeStats = field(default_factory=NodeStats)
     node: ClusterNode = field(init=False)
+    _hello_due: bool = True
 
     def __post_init__(self) -> None:
         config = NodeConfig(
             self.node_id, self.tick_seconds, self.strategy, self.params, self.profile.suppression,
-            self.profile.ttl_ticks, self.profile.announce, self.burst_seconds,
+            float(self.profile.ttl_ticks), self.burst_seconds,
             react_seconds=self.react_seconds, early_reports=self.profile.react,
             start_seconds=start_seconds_for(self.strategy),
         )
-        self.node = ClusterNode(config, self.incarnation, self.clock, wall_ms, lambda: self.groups,
-                                resume=self.resume)
+        self.node = ClusterNode(config, self.incarnation, SimClock(self.clock), lambda: self.groups)
 
     @property
     def limiter(self) -> Limiter:
@@ -94,6 +106,7 @@ class SimNode:
 
     def apply_config(self) -> None:
         self.node.apply_config()
+        self.node.recompute_changed(self.clock())
 
     def asker(self, group: ResourceGroup, kind: str, message_bytes: int) -> Callable[[int, float], bool]:
         """How this daemon's brokers ask its limiter (sim/broker.py): n messages of
@@ -106,56 +119,39 @@ class SimNode:
 
         return ask
 
-    def _publish(self, report: UsageReport, now: float) -> None:
-        for part in [report, *self.node.take_continuations(report)]:  # split if over 4 MiB, as the daemon does
+    def _publish(self, parts: list[UsageReport], now: float) -> None:
+        for part in parts:
             data = serialize_report(part)
             self.stats.reports += 1
             self.stats.report_bytes += len(data)
+            self.stats.groups_sent += len(part.groups)
             self.sink.publish(self, data, now)
 
     def tick(self, now: float) -> None:
         """The daemon's tick (see rgd/cluster/node.py), with the simulated topic as I/O."""
         out = self.node.tick_report(now)
-        self.stats.groups_sent += len(out.sent)
         self.stats.groups_suppressed += out.suppressed
-        self._publish(out.report, now)
-        if out.restated is not None:
-            self._publish(out.restated, now)
-        newcomers = self._read(now)
+        self._publish(out.parts, now)
+        self._read(now)
         self.node.upkeep(now)
-        if newcomers:
-            announcement = self.node.announcement(now)
-            if announcement is not None:
-                self.stats.announcements += 1
-                self._publish(announcement, now)
-        self.node.recompute_tick(now)
-
-    def react(self, now: float) -> None:
-        """Between ticks (every sub-step): fold what arrived, publish an early report if
-        demand moved, recompute what changed (see rgd/cluster/node.py)."""
-        hello = self.node.hello_report(now)
-        if hello is not None:
-            self._publish(hello, now)
-        if not self.profile.react:
-            return
-        newcomers = self._read(now)
-        answer = self.node.idle_answer(now)
-        if answer is not None:
-            self._publish(answer, now)
-        if newcomers:
-            announcement = self.node.announcement(now)
-            if announcement is not None:
-                self.stats.announcements += 1
-                self._publish(announcement, now)
-        report = self.node.early_report(now)
-        if report is not None:
-            self.stats.early_reports += 1
-            self.stats.groups_sent += len(report.groups)
-            self._publish(report, now)
         self.node.recompute_changed(now)
 
-    def _read(self, now: float) -> list[str]:
-        newcomers: list[str] = []
+    def react(self, now: float) -> None:
+        """Between ticks (every sub-step): fold what arrived, recompute what changed, publish
+        a report at once if demand rose or a peer asked for acknowledgements."""
+        if self._hello_due:
+            self._hello_due = False
+            self._publish(self.node.hello_report(now), now)
+        if not self.profile.react:
+            return
+        self._read(now)
+        self.node.recompute_changed(now)
+        parts = self.node.react(now)
+        if parts:
+            self.stats.early_reports += 1
+            self._publish(parts, now)
+
+    def _read(self, now: float) -> None:
         inbox, self.inbox = self.inbox, []
         for data in inbox:
             receipt = self.node.receive(data, None, now)
@@ -167,13 +163,10 @@ class SimNode:
             self.stats.lost += receipt.lost
             assert receipt.report is not None
             self.sink.received(self, receipt.report, data, now)
-            if receipt.new_member:
-                newcomers.append(receipt.report.daemon_id)
-        return newcomers
 
     def leave(self, now: float) -> None:
         """Graceful shutdown: the leaving report, so peers evict us at once."""
-        self._publish(self.node.leaving_report(now), now)
+        self._publish([self.node.leaving_report(now)], now)
 
 
-__all__ = ["SIM_EPOCH", "NodeStats", "ReportSink", "SimNode", "wall_ms"]
+__all__ = ["SIM_EPOCH", "NodeStats", "ReportSink", "SimClock", "SimNode", "wall_ms"]

@@ -30,9 +30,15 @@ events:                    # changes at the start of tick `at`
     crash: [a]             # silent: peers evict after their TTL
     groups: {g: {publishRateInMsgs: 500}, h: {publishRateInMsgs: 50}, old: null}  # update/create/delete
     message_sizes: {g: {a: 4000}}   # a daemon's (or, as a number, the group's) new message size
+  - at: 20
+    partition: [b]         # cut off from the topic: publishes to nobody, hears nobody; its
+                           #   brokers still ask it, and it keeps running (peers evict it after their TTL)
+  - at: 40
+    heal: [b]              # back on the topic (a partitioned daemon that crashes or leaves is healed)
 ```
 
-Demand of a daemon that is not running is ignored until it joins.
+Demand of a daemon that is not running is ignored until it joins. A partition names running
+daemons that are not cut already; a heal names cut ones (checked as the run reaches them).
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ TOP_KEYS = {
     "message_sizes",
 }
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
-EVENT_KEYS = {"at", "demand", "join", "leave", "crash", "groups", "message_sizes"}
+EVENT_KEYS = {"at", "demand", "join", "leave", "crash", "groups", "message_sizes", "partition", "heal"}
 TRANSPORT_KEYS = {"loss", "delay", "duplicate"}
 
 Demand = dict[str, dict[str, dict[str, float]]]  # group -> daemon -> kind -> messages/s
@@ -76,6 +82,8 @@ class Event:
     crash: tuple[str, ...] = ()
     groups: dict[str, Mapping[str, Any] | None] = field(default_factory=dict)
     message_sizes: Sizes = field(default_factory=dict)  # from this event on (sim.engine.MessageSizes.update)
+    partition: tuple[str, ...] = ()  # cut off from the topic (sim.transport.Transport.cut)
+    heal: tuple[str, ...] = ()  # back on the topic
 
 
 @dataclass(frozen=True)
@@ -230,7 +238,12 @@ def parse(doc: Any, default_name: str = "scenario") -> Scenario:
             crash=_names(ev.get("crash", []), f"{epath}.crash"),
             groups=_groups(ev.get("groups"), f"{epath}.groups", True),
             message_sizes=_sizes(ev.get("message_sizes"), f"{epath}.message_sizes"),
+            partition=_names(ev.get("partition", []), f"{epath}.partition"),
+            heal=_names(ev.get("heal", []), f"{epath}.heal"),
         ))
+        both = set(events[-1].partition) & set(events[-1].heal)
+        if both:
+            raise _fail(epath, f"daemon {sorted(both)[0]!r} is both partitioned and healed")
     events.sort(key=lambda e: e.at)
     return Scenario(
         name=str(top.get("name", default_name)),

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sim.invariant import TOLERANCE as INVARIANT_TOLERANCE
 from sim.metrics import HOLD, OVER_GRACE, SLACK, TOLERANCE, Metrics
 
 LEGEND = f"""\
@@ -26,6 +27,9 @@ and the cluster's
 the converged part of each
   change (its last half if it never converges), worst change.
 - **report B**: bytes of usage reports published per daemon per tick (protobuf, after suppression).
+- **invariant**: episodes in which the limits the live daemons granted themselves summed to more than the
+  quota + {INVARIANT_TOLERANCE:.0%} in a group, kind and dimension (checked twice per sub-step, sim/invariant.py),
+  and the worst one's excess over the quota; partitioned daemons count, crashed ones do not.
 """
 
 
@@ -33,11 +37,18 @@ def _num(x: float | None, fmt: str) -> str:
     return "—" if x is None else format(x, fmt)
 
 
+def _violations(m: Metrics) -> str:
+    if not m.invariant_violations or m.worst_violation_pct is None:
+        return "0"
+    return f"{m.invariant_violations} ({m.worst_violation_pct:+.1f})"
+
+
 def markdown(results: Sequence[Metrics], descriptions: Mapping[str, str] | None = None) -> str:
     descriptions = descriptions or {}
     lines = [
-        "| scenario | strategy | converge (ticks) | overshoot % | over quota % | util % | Jain | report B |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| scenario | strategy | converge (ticks) | overshoot % | over quota % | util % | Jain | report B "
+        "| invariant: violations (worst %) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     last = None
     for m in results:
@@ -47,7 +58,8 @@ def markdown(results: Sequence[Metrics], descriptions: Mapping[str, str] | None 
         util = None if m.utilization is None else m.utilization * 100
         lines.append(
             f"| {name} | {m.strategy} | {ttc} | {m.overshoot_pct:.1f} | {m.over_quota_share * 100:.0f} "
-            f"| {_num(util, '.1f')} | {_num(m.jain, '.3f')} | {m.report_bytes_per_daemon_tick:.0f} |"
+            f"| {_num(util, '.1f')} | {_num(m.jain, '.3f')} | {m.report_bytes_per_daemon_tick:.0f} "
+            f"| {_violations(m)} |"
         )
     out = ["## Strategy comparison", "", *lines, "", LEGEND]
     if descriptions:
@@ -70,9 +82,16 @@ def summary(results: Iterable[Metrics], max_ticks: int = 3, max_overshoot: float
             and m.overshoot_pct <= max_overshoot
         )
         worst = max(m.overshoot_pct for m in ms)
+        broken = [m for m in ms if m.invariant_violations]
+        worst_inv = max(broken, key=lambda m: m.worst_violation_pct or 0.0, default=None)
+        invariant = (f"; invariant violated in {len(broken)} scenario(s), "
+                     f"{sum(m.invariant_violations for m in ms)} episode(s), worst "
+                     f"{worst_inv.worst_violation_pct:+.1f} % in {worst_inv.scenario}: {worst_inv.worst_violation}"
+                     if worst_inv is not None and worst_inv.worst_violation_pct is not None
+                     else "; invariant never violated")
         lines.append(
             f"- {strategy}: {ok}/{len(ms)} scenarios converge within {max_ticks} ticks without overshooting "
-            f"more than {max_overshoot:g} %; worst overshoot {worst:.1f} %"
+            f"more than {max_overshoot:g} %; worst overshoot {worst:.1f} %{invariant}"
         )
     return "\n".join(lines)
 

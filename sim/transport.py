@@ -19,6 +19,12 @@ one daemon's reporting moved lossy scenarios both ways and an A/B comparison of 
 versions said little case by case (fuzz case 0 of seed 1: a worst window 92.1 -> 89.9 %
 from a change that touched no part of it). Now a report added or dropped changes only
 its own deliveries, and those of its sender's later reports at the same instant.
+
+A partition (`cut`) takes a daemon off the topic: what it publishes reaches nobody (its
+own echo neither), and what is due to it while it is cut is dropped, as a non-persistent
+topic drops messages for a subscriber that is not connected. Its brokers still reach it:
+that is the engine's business, not the topic's. Cut deliveries are counted apart from
+losses (`cut_off`), since no loss rate drew them.
 """
 
 from __future__ import annotations
@@ -62,10 +68,15 @@ class Transport:
         self.sent = 0
         self.lost = 0
         self.duplicated = 0
+        self.cut: set[str] = set()  # daemons partitioned from the topic now
+        self.cut_off = 0  # deliveries dropped by a partition (to or from a cut daemon)
 
     def publish(self, sender: str, data: bytes, now: float, receivers: Iterable[str]) -> None:
-        """Queue `data` for every receiver, the sender's echo included."""
+        """Queue `data` for every receiver, the sender's echo included (none if the sender is cut)."""
         self.sent += 1
+        if sender in self.cut:
+            self.cut_off += sum(1 for _ in receivers)
+            return
         due = now + self.spec.delay * self.tick_seconds
         instant = round(now * 1e6)
         last, n = self._last_publish.get(sender, (-1, 0))
@@ -88,9 +99,13 @@ class Transport:
                 heapq.heappush(self._queue, _InFlight(due, self._order, r, data))
 
     def due(self, now: float) -> list[tuple[str, bytes]]:
-        """Reports whose time has come, as (receiver, data), in delivery order."""
+        """Reports whose time has come, as (receiver, data), in delivery order; those due to a
+        cut daemon are dropped."""
         out: list[tuple[str, bytes]] = []
         while self._queue and self._queue[0].due <= now + 1e-9:
             item = heapq.heappop(self._queue)
+            if item.receiver in self.cut:
+                self.cut_off += 1
+                continue
             out.append((item.receiver, item.data))
         return out

@@ -318,14 +318,25 @@ class Metrics:
             buckets=(1e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0), registry=r,
         )
         self.broker_reconnects = Counter("rgd_broker_reconnects", "Pulsar sessions (re)opened", registry=r)
-        self.safe_share = Gauge("rgd_safe_share_active", "1 while the outage fallback share is in force", registry=r)
-        # Why an increase of our own demand is granted late: it waits until every peer may
-        # have folded the report announcing it, and this is how long that takes.
-        self.delivery_delay = Gauge(
-            "rgd_delivery_delay_seconds",
-            "Measured report delivery delay in force (slowest peer's median); own increases wait this long "
-            "plus one react interval", registry=r,
-        )
+        # The safety argument's premises (docs/design/protocol.md): while the lease holds, our
+        # limits are a share the cluster agreed to; without it we admit nothing.
+        self.lease_valid = Gauge(
+            "rgd_lease_valid", "1 while every member acknowledges us recently enough (we admit; P4)", registry=r)
+        self.lease_seconds_left = Gauge(
+            "rgd_lease_seconds_left", "Seconds until our lease ends unless a member acknowledges us again", registry=r)
+        self.leases_expired = Counter(
+            "rgd_leases_expired", "Times our lease ended (we stopped admitting until members heard us again)",
+            registry=r)
+        self.members_unacknowledging = Gauge(
+            "rgd_members_unacknowledging",
+            "Members whose last acknowledgement of us is older than the lease allows (P4)", registry=r)
+        self.members_out_of_sync = Gauge(
+            "rgd_members_out_of_sync",
+            "Members whose whole state we do not hold yet: counted as busy in every group (P2)", registry=r)
+        self.round_trip = Gauge(
+            "rgd_round_trip_seconds",
+            "Longest recent round trip (our report out, a peer's acknowledgement back): how soon an increase "
+            "of our demand is ours", registry=r)
         self.config_reloads = Counter("rgd_config_reloads", "Config file reloads, by result", ["result"], registry=r)
         self.config_changes = Counter("rgd_config_changes_applied", "Admin config changes applied", registry=r)
         self.config_rejected = Counter("rgd_config_changes_rejected", "Config topic messages rejected", registry=r)

@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from rgd.cluster.map_keeper import MAX_MEMBERS
 from rgd.config.groups import KINDS, ResourceGroup
 from rgd.wire.usage_report_pb2 import KindUsage, UsageReport, UsageReportEntries
 
 # Pulsar's default maxMessageSize (5 MB): a larger message cannot have come through a
 # default broker, and our own reports stay under 4 MiB (rgd.cluster.report_builder.bound_report).
 MAX_REPORT_BYTES = 5 * 1024 * 1024
+MAX_MEMBERS = 1024  # a report acknowledges at most this many members (rgd.cluster.usage_map keeps at most so many)
 MAX_COUNT = 1 << 53  # per tick; beyond exact float range is nonsense
 MAX_SKEW_MS = 5 * 60 * 1000  # publish time vs our clock
 # A genuine report can be replayed while its publish time is within MAX_SKEW_MS of our
@@ -333,8 +333,13 @@ def _check_header(report: UsageReport | UsageReportEntries, now_ms: int, self_id
                                      f"{report.publish_time_ms - now_ms} ms from our clock")
     if report.daemon_id == self_id and report.incarnation != self_incarnation:
         raise Rejected(REJECT_SPOOFED, f"claims our id {self_id!r} with incarnation {report.incarnation}")
-    if len(report.heard) > MAX_MEMBERS:
-        raise Rejected(REJECT_MALFORMED, f"heard names {len(report.heard)} members (a map holds at most {MAX_MEMBERS})")
+    if len(report.ack_members) > MAX_MEMBERS:
+        raise Rejected(REJECT_MALFORMED, f"acknowledges {len(report.ack_members)} members (at most {MAX_MEMBERS})")
+    if len(report.ack_members) != len(report.ack_sequences):
+        raise Rejected(REJECT_MALFORMED, f"ack_members ({len(report.ack_members)}) and ack_sequences "
+                                         f"({len(report.ack_sequences)}) differ in length")
+    if report.base > report.sequence:
+        raise Rejected(REJECT_MALFORMED, f"base {report.base} is after the sequence {report.sequence}")
 
 
 def _pick_indexed(view: UsageReportEntries, scope: FoldScope) -> UsageReport | None:
@@ -386,6 +391,11 @@ def _with_header(report: UsageReport, view: UsageReportEntries) -> UsageReport:
     report.members = view.members
     report.complete = view.complete
     report.heard.extend(view.heard)
+    report.base = view.base
+    report.ack_members.extend(view.ack_members)
+    report.ack_sequences.extend(view.ack_sequences)
+    report.lease_ms = view.lease_ms
+    report.ack_wanted = view.ack_wanted
     return report
 
 
@@ -407,53 +417,23 @@ def decode_report(
 ) -> UsageReport:
     """Parse and vet one message from the topic; raise Rejected with a reason.
 
-    `keep` (the report's group names -> those whose entries this daemon folds): the
-    report comes back with only those entries, and only those are vetted value by value. At
-    PIP-82's scale a peer's report names 5 000 groups of which a daemon serves a few
-    hundred; vetting every figure of every entry was most of the cost of receiving (22 ms
-    a report, 99 reports a second). The header, the signature and the group names (none
-    empty or repeated) are still checked for the whole report.
+    `keep` (the report's group names -> those whose entries this daemon folds): only those
+    entries come back, vetted value by value; the header, the signature and every group name
+    (none empty or repeated) are still checked for the whole report.
 
-    `scope` (instead of `keep`): our own report comes back with its header alone (see
-    below); a peer's, with the same choice as `keep` but made through the report's index
-    (`group_keys`) when it has a usable one. The report is read through a view that leaves
-    each entry as raw bytes (one C parse, ~0.5 ms for 5 000 entries, and the entry count
-    for `max_groups` comes from it instead of a walk of the wire in Python), the entries
-    whose key `scope` folds are parsed, and each must hash to its key, else the index is
-    not trusted and every entry is parsed and vetted as with `keep`. Every rejection of a
-    folded entry stays (malformed, empty or repeated name among the folded, absurd values;
-    the caller's plausibility check). What is no longer vetted in the entries it skips:
-    their names (empty, repeated, invalid UTF-8) and their contents (a malformed entry).
-    That is safe because nothing reads them: a skipped entry is not folded, counted, logged
-    or compared, so it can neither reach the calculator nor hide another entry; a sender
-    that lies in its index about an entry only withholds that entry from us, which it could
-    do by not sending it, and the HMAC (over the whole payload, index included) binds the
-    index to the key holder like the rest. The raw view is parsed only when its cost is
-    bounded like the walk's (raw_view_affordable: the entry tag byte occurs at most
-    RAW_VIEW_TAG_FACTOR x `max_groups` times) or once the entries are known to be at most
-    `max_groups` (the bounded walk of count_groups), so a flood of tiny entries never costs
-    a parse of all of them (5 MB of empty entries, 2.6 M, took ~0.1 s to parse)."""
+    `scope` (instead of `keep`): the same choice made through the report's index
+    (`group_keys`) when it has a usable one: the report is read through a view that leaves each
+    entry as raw bytes, the entries whose key `scope` folds are parsed, and each must hash to
+    its key, else every entry is parsed and vetted as with `keep`. A skipped entry is never
+    folded, counted, logged or compared, so a sender lying in its index only withholds that
+    entry, which it could do by not sending it; the HMAC binds the index like the rest. Our
+    own report comes back with its header alone. The raw view is parsed only when its cost is
+    bounded (see `_raw_view`), so a flood of tiny entries never costs a parse of all of them."""
     if len(data) > MAX_REPORT_BYTES:
         raise Rejected(REJECT_OVERSIZED, f"{len(data)} bytes > {MAX_REPORT_BYTES}")
-    view: UsageReportEntries | None = None
-    if scope is not None:
-        # Every top-level entry starts with the byte _GROUPS_TAG, so a message holding that
-        # byte at most `max_groups` times (counted in C, ~1 ms for 5 MB) cannot be over the
-        # cap. Beyond that the view's parse is still cheap as long as the byte is rare enough
-        # (see raw_view_affordable); only a message dense in it is walked up to the cap first.
-        tags = data.count(_GROUPS_TAG_BYTE) if max_groups is not None else 0
-        if (max_groups is not None and tags > max_groups and not raw_view_affordable(tags, max_groups)
-                and count_groups(data, max_groups) > max_groups):
-            raise Rejected(REJECT_TOO_MANY_GROUPS, f"more than {max_groups} group entries")
-        view = UsageReportEntries()
-        try:
-            view.ParseFromString(data)
-        except DecodeError as exc:
-            raise Rejected(REJECT_MALFORMED, f"not a UsageReport: {exc}") from None
-        if max_groups is not None and len(view.groups) > max_groups:
-            raise Rejected(REJECT_TOO_MANY_GROUPS, f"more than {max_groups} group entries")
-    elif (max_groups is not None and data.count(_GROUPS_TAG_BYTE) > max_groups
-          and count_groups(data, max_groups) > max_groups):
+    view = _raw_view(data, max_groups) if scope is not None else None
+    if view is None and (max_groups is not None and data.count(_GROUPS_TAG_BYTE) > max_groups
+                         and count_groups(data, max_groups) > max_groups):
         raise Rejected(REJECT_TOO_MANY_GROUPS, f"more than {max_groups} group entries")
     if keys is not None and not keys.verify(data, properties or {}):
         raise Rejected(REJECT_SIGNATURE, "missing or invalid HMAC tag")
@@ -462,9 +442,7 @@ def decode_report(
         _check_header(view, now_ms, self_id, self_incarnation)
         if view.daemon_id == self_id:
             # Our own report back from the topic (the header check passed: our incarnation).
-            # Only its header is read (the echo, the delivery delay); its entries are ours
-            # and nothing folds them. Our first report names all our groups: parsing and
-            # vetting its 5 000 entries at PIP-82's scale held the loop for tens of ms.
+            # Only its header is read (the echo); its entries are ours and nothing folds them.
             return _with_header(UsageReport(), view)
         picked = _pick_indexed(view, scope)
         if picked is not None:
@@ -476,40 +454,61 @@ def decode_report(
     except DecodeError as exc:
         raise Rejected(REJECT_MALFORMED, f"not a UsageReport: {exc}") from None
     _check_header(report, now_ms, self_id, self_incarnation)
-    if keep is None:
-        seen: set[str] = set()
-        for i, g in enumerate(report.groups):
-            if not g.group or g.group in seen:
-                raise Rejected(REJECT_MALFORMED, f"groups[{i}].group empty or repeated")
-            seen.add(g.group)
-            for kind in KINDS:
-                _check_kind(getattr(g, kind), f"groups[{i}].{kind}")
-        return report
+    return _vetted_entries(report, keep)
+
+
+def _raw_view(data: bytes, max_groups: int | None) -> UsageReportEntries:
+    """The report with its entries left as raw bytes, its entry count checked against the cap.
+    Every top-level entry starts with the byte _GROUPS_TAG, so a message holding that byte at
+    most `max_groups` times (counted in C, ~1 ms for 5 MB) cannot be over the cap. Beyond that
+    the view's parse is still cheap as long as the byte is rare enough (raw_view_affordable);
+    only a message dense in it is walked up to the cap first."""
+    tags = data.count(_GROUPS_TAG_BYTE) if max_groups is not None else 0
+    if (max_groups is not None and tags > max_groups and not raw_view_affordable(tags, max_groups)
+            and count_groups(data, max_groups) > max_groups):
+        raise Rejected(REJECT_TOO_MANY_GROUPS, f"more than {max_groups} group entries")
+    view = UsageReportEntries()
+    try:
+        view.ParseFromString(data)
+    except DecodeError as exc:
+        raise Rejected(REJECT_MALFORMED, f"not a UsageReport: {exc}") from None
+    if max_groups is not None and len(view.groups) > max_groups:
+        raise Rejected(REJECT_TOO_MANY_GROUPS, f"more than {max_groups} group entries")
+    return view
+
+
+def _check_names(names: list[str]) -> None:
+    """No group name empty or repeated."""
+    if len(set(names)) == len(names) and "" not in names:
+        return
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if not name or name in seen:
+            raise Rejected(REJECT_MALFORMED, f"groups[{i}].group empty or repeated")
+        seen.add(name)
+
+
+def _vetted_entries(report: UsageReport, keep: Callable[[set[str]], set[str]] | None) -> UsageReport:
+    """The report with the entries `keep` chooses (all without it), each vetted value by value;
+    every name is checked whatever is kept."""
     groups = report.groups
     names = [g.group for g in groups]
-    unique = set(names)
-    if len(unique) != len(names) or "" in unique:
-        seen = set()
-        for i, name in enumerate(names):
-            if not name or name in seen:
-                raise Rejected(REJECT_MALFORMED, f"groups[{i}].group empty or repeated")
-            seen.add(name)
-    wanted = keep(unique)
-    if len(wanted) == len(names):
+    _check_names(names)
+    if keep is None:
         kept = list(enumerate(groups))
     else:
+        wanted = keep(set(names))
         kept = [(i, groups[i]) for i, name in enumerate(names) if name in wanted]
     for i, g in kept:
         for kind in KINDS:
             _check_kind(getattr(g, kind), f"groups[{i}].{kind}")
-    if len(kept) < len(names):
-        folded = UsageReport(daemon_id=report.daemon_id, sequence=report.sequence,
-                             publish_time_ms=report.publish_time_ms, tick_ms=report.tick_ms, leaving=report.leaving,
-                             incarnation=report.incarnation, restatement=report.restatement,
-                             members=report.members, complete=report.complete, heard=report.heard)
-        folded.groups.extend(g for _, g in kept)
-        return folded
-    return report
+    if len(kept) == len(names):
+        return report
+    folded = UsageReport()
+    folded.CopyFrom(report)
+    del folded.groups[:]
+    folded.groups.extend(g for _, g in kept)
+    return folded
 
 
 def check_plausible(report: UsageReport, groups: Mapping[str, ResourceGroup], slack_seconds: float) -> None:

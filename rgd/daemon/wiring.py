@@ -26,8 +26,8 @@ from rgd.api.fairness_gauges import Fairness, map_fairness
 from rgd.api.metrics import LimiterCollector, Metrics
 from rgd.api.pulsar_metrics import PulsarMetrics
 from rgd.api.sites import HttpListeners
-from rgd.cluster.node import REJECT_OWN, ClusterNode, NodeConfig, Resume, TickOutcome, evaluate_all, start_seconds_for
-from rgd.cluster.report_builder import bound_report
+from rgd.cluster.clock import WallClock
+from rgd.cluster.node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
 from rgd.cluster.report_codec import REJECT_MALFORMED, HmacKeys, Rejected, serialize_report
 from rgd.cluster.suppression import SuppressionPolicy
 from rgd.cluster.usage_map import EVICT_LEAVING, EVICT_TTL, UsageMap
@@ -46,7 +46,6 @@ from rgd.transport.session import PulsarSession
 from rgd.usage_log import UsageLog
 from rgd.usage_log.accounting import Cumulative, TickAccounting
 from rgd.usage_log.guard import LogGuard
-from rgd.usage_log.resume import resume_from_log
 from rgd.wire.usage_report_pb2 import UsageReport
 
 log = logging.getLogger("rgd.daemon")
@@ -57,10 +56,7 @@ MAX_INBOX = 10_000  # reports waiting to be folded; beyond this the oldest are d
 MAX_INBOX_BYTES = 64 * 1024 * 1024
 ACCOUNT_INLINE_KEYS = 500  # (group, kind)s a collect may hold for its accounting record to be built on the loop
 REACTS_PER_TICK = 20  # between ticks: fold, early reports, recompute what changed, this often
-MEMBER_ADMISSIONS_PER_TICK = 2.0  # unsigned reports: new daemon ids admitted per tick after a burst of 8
-INLINE_GROUPS = 250  # a recompute of more groups runs the calculator off the event loop, this many at a time
 DRAIN_SLICE = 0.004  # vetting and folding reports yield to the loop this often (seconds)
-CALC_DUTY = 0.5  # large recomputes take at most this share of the time (see Daemon.recompute)
 
 
 class _LoopSlice:
@@ -94,7 +90,8 @@ class Daemon:
     def __init__(self, settings: Settings, config_doc: ConfigDocument | None = None,
                  limiter_class: type[Limiter] = Limiter) -> None:
         self.settings = settings
-        self.clock = time.monotonic
+        self.wall_clock = WallClock()
+        self.clock = self.wall_clock.now
         # Set by the process's owner (`rgd run`): paces full garbage collections after each
         # tick (rgd.daemon.gc_pacing). None: the embedding process's collector is left alone.
         self.gc_pacer: GcPacer | None = None
@@ -107,16 +104,13 @@ class Daemon:
         self.config_doc = config_doc
         if config_doc is not None:
             self.config.set_base(config_doc.registry)
-        node_config = node_config_for(settings)
         self.node = ClusterNode(
-            node_config,
-            self.incarnation, self.clock, lambda _now: int(time.time() * 1000),
+            node_config_for(settings), self.incarnation, self.wall_clock,
             lambda: self.config.effective.budget_map(),  # groups and per-remote-cluster replication budgets
             HmacKeys.load(settings.report_hmac_keys_file) if settings.report_hmac_keys_file else None,
-            hearing=False,  # until the session is open: a tick of listening starts then
-            resume=self._resume_state(node_config),
             limiter_class=limiter_class,
         )
+        self._hello_sent = False  # our first report goes out as soon as the broker carries it
         self.limiter: Limiter = self.node.limiter  # the node's, for good: a plain attribute for the hot path
         self.limiter.shadow_all = settings.shadow
         # The live fairness gauges (rgd.api.fairness_gauges) and the tick they were computed at.
@@ -142,12 +136,10 @@ class Daemon:
         self.pulsar_url = settings.pulsar_url
         self.usage_log: UsageLog | None = None
         self.listeners = HttpListeners()
+        self._lease_was_valid = False
         self.log_guard: LogGuard | None = None  # every log call goes through it: a full disk never stops a tick
         self.started = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._calculating = False  # a recompute is running its calculator off the loop
-        self._building_tick_report = False  # the tick's report is built in steps: no react meanwhile
-        self._calc_resume_at = 0.0  # ... and the next large one waits until then (CALC_DUTY)
         # The scrape-time view of our state, read through the API layer's ObservedState.
         self.metrics.registry.register(LimiterCollector(self))
         self.pulsar_metrics = PulsarMetrics(self, self.metrics.registry) if settings.pulsar_metrics else None
@@ -160,24 +152,6 @@ class Daemon:
     def bound_port(self) -> int | None:
         """The first TCP address's port; None with unix sockets only (or before start)."""
         return self.listeners.bound_port
-
-    def _resume_state(self, config: NodeConfig) -> Resume | None:
-        """A same-id restart resumes from what our predecessor left in the usage log
-        (rgd.cluster.node.Resume); a log we cannot read means starting as a newcomer."""
-        tick = config.tick_seconds
-        try:
-            resume = resume_from_log(
-                self.settings.log_dir, self.settings.id, time.time(), self.clock(),
-                window_s=config.safety_ttl_ticks * tick, refresh_reports=config.suppression.max_skipped_ticks + 1,
-                ttl_s=config.ttl_ticks * tick,
-            )
-        except Exception as exc:  # never a reason not to start
-            log.warning("usage log at %s not read to resume from: %s", self.settings.log_dir, exc)
-            return None
-        if resume is not None:
-            log.info("resuming: %d group entries peers may still count for us, %d members to hear",
-                     len(resume.entries), len(resume.members))
-        return resume
 
     @property
     def usage_map(self) -> UsageMap:
@@ -358,13 +332,32 @@ class Daemon:
             "broker_unresponsive": self._unresponsive if self.ticks else None,
             "ticks": self.ticks,
             "members": sorted(self.node.members()),
-            "safe_share": self.node.safe_share_active(),
+            "lease": self.lease_detail(),
             "config_file": self.config_doc.path if self.config_doc else None,
             "degraded": self.degraded(),
         }
-        # Ready once we have listened to the topic for a full tick with the broker up: by
-        # then we have heard our peers, so our limits are a share, not a guess.
-        return connected and self.ticks >= 1 and self.node.settled(), detail
+        # Ready while our lease holds: we have heard the topic for a tick and every member
+        # acknowledges us, so our limits are our share. Without it we admit nothing, and say why.
+        return connected and self.ticks >= 1 and self.node.lease_valid(self.clock()), detail
+
+    def lease_detail(self) -> dict[str, Any]:
+        """Our lease (docs/design/protocol.md, P4), for /readyz and the logs."""
+        now = self.clock()
+        node = self.node
+        left = node.lease_end() - now
+        detail: dict[str, Any] = {
+            "valid": node.lease_valid(now),
+            "settled": node.settled(now),
+            "seconds_left": round(left, 3) if left != float("inf") and left > -1e9 else None,
+            "unacknowledged_by": node.unacknowledging(now),
+        }
+        if not detail["valid"]:
+            if not detail["settled"]:
+                detail["why"] = "listening to the topic before taking a share (a tick and its delivery delay)"
+            else:
+                who = ", ".join(detail["unacknowledged_by"]) or "the broker"
+                detail["why"] = f"no recent acknowledgement from {who}: admitting nothing until they hear us again"
+        return detail
 
     def degraded(self) -> list[str]:
         """What is failing while the daemon still serves (readiness stays as it was)."""
@@ -393,8 +386,6 @@ class Daemon:
             backoff = 0.2
             self.liveness.reset(self.clock())
             self.session = session
-            if self.node.set_hearing(True, self.clock()) and self.node.ticks:
-                log.info("broker reachable again; reconverging")
             self.metrics.broker_reconnects.inc()
             self.metrics.broker_connected.set(1)
             await self._flush_changes()
@@ -486,15 +477,10 @@ class Daemon:
             return True
 
     async def _publish(self, report: UsageReport) -> bytes:
-        """One message. A report too large for one was split when it was built
-        (ClusterNode._fit); its continuations go through here one by one."""
-        trimmed = bound_report(report)
-        trimmed_namespaces = trimmed.namespaces + self.node.namespaces_trimmed
-        self.node.namespaces_trimmed = 0
-        if trimmed_namespaces:
-            self.metrics.report_namespaces_trimmed.inc(trimmed_namespaces)
-        if trimmed.over_budget:  # one entry alone over 4 MiB: cannot happen with capped namespace lists
-            log.warning("report %d is %d bytes even without namespace lists", report.sequence, report.ByteSize())
+        """One message (a report too large for one was split when it was built)."""
+        trimmed, self.node.namespaces_trimmed = self.node.namespaces_trimmed, 0
+        if trimmed:
+            self.metrics.report_namespaces_trimmed.inc(trimmed)
         data = serialize_report(report)  # indexed: receivers parse only the entries they fold
         props = self.node.keys.sign(data) if self.node.keys else None
         assert self.session is not None
@@ -568,95 +554,68 @@ class Daemon:
             self.metrics.react_seconds.observe(time.perf_counter() - started)
 
     async def react(self) -> None:
-        """Between ticks: fold what arrived, publish an early report for groups whose demand
-        moved, recompute what changed (the logic is ClusterNode's). Not while the tick
-        builds its report (it yields to asks between steps): an early report or a fold in
-        the middle would change what the tick's report is built from; the next react runs a
-        react interval later."""
-        if self._building_tick_report:
-            return
+        """Between ticks: fold what arrived, recompute what changed, and publish at once a
+        report that raises a demand or answers a peer's (the logic is ClusterNode's)."""
         now = self.clock()
-        newcomers = await self._drain_inbox(now)  # first: our own reports that came back count
-        connected = self._check_broker(now)
-        if not connected:
+        await self._drain_inbox(now)  # first: our own reports that came back count
+        if not self._check_broker(now):
             return
-        hello = self.node.hello_report(now)  # once, after a same-id restart
-        if hello is not None:
-            await self._publish_logged(hello)
-        answer = self.node.idle_answer(now)  # we have no traffic in a group that just woke up
-        if answer is not None:
-            await self._publish_logged(answer)
-        if newcomers:
-            announcement = self.node.announcement(now)
-            if announcement is not None:
-                await self._publish_logged(announcement)
-        report = self.node.early_report(now)
-        if report is not None:
-            self.metrics.early_reports.inc()
-            await self._publish_logged(report)
+        if not self._hello_sent:
+            self._hello_sent = True
+            await self._publish_logged(self.node.hello_report(now))
         started = time.perf_counter()
-        await self.recompute(self.node.changed(self.clock()))
+        self.node.recompute_changed(now)
         self.metrics.calc_seconds.observe(time.perf_counter() - started)
+        parts = self.node.react(now)
+        if parts:
+            self.metrics.early_reports.inc()
+            await self._publish_logged(parts)
 
     async def tick(self) -> None:
         """collect -> report -> read -> compute (the logic is ClusterNode's; this is the I/O)."""
         now = self.clock()
         connected = self._check_broker(now)
-        # collect + report
         aggregate_started = time.perf_counter()
-        out = await self._build_tick_report(now)
+        out = self.node.tick_report(now)
         aggregate_s = time.perf_counter() - aggregate_started
         self.last_local_rates = out.local_rates
         self.metrics.groups_suppressed.inc(out.suppressed)
         if connected:
-            await self._publish_logged(out.report)
-            if out.restated is not None:
-                await self._publish_logged(out.restated)
+            await self._publish_logged(out.parts)
         elif self.session_open:
-            for report in (out.report, out.restated):
-                if report is not None:
-                    await self._probe(report)
+            await self._probe(out.parts)
         else:
-            self.node.not_published(out)
+            self.node.unsent(out.parts)
         if connected and self.pending_changes:  # queued while the broker did not answer
             await self._flush_changes()
-        # read
-        newcomers = await self._drain_inbox(now)
-        for _ in self.node.upkeep(now, self.liveness.heard_at):
+        await self._drain_inbox(now)
+        for _ in self.node.upkeep(now):
             self.metrics.evictions.labels(EVICT_TTL).inc()
-        if newcomers and connected:
-            announcement = self.node.announcement(now)
-            if announcement is not None:
-                await self._publish_logged(announcement)
-        # compute
         started = time.perf_counter()
-        await self.recompute(self.node.tick_targets(now))  # every group only when all may have moved
+        self.node.recompute_changed(now)
         calc_s = time.perf_counter() - started
         self.metrics.calc_seconds.observe(calc_s)
         if self.pulsar_metrics is not None:
             self.pulsar_metrics.on_tick(out.sent, aggregate_s, calc_s)
-        self.metrics.safe_share.set(1 if self.node.safe_share_active(now) else 0)
-        self.metrics.delivery_delay.set(self.node.delay.seconds())
+        self._export_premises(now)
         if self.log_guard is not None:
             self.log_guard.maintain()
 
-    async def _build_tick_report(self, now: float) -> TickOutcome:
-        """The node's tick report, its steps run with asks answered between them once a
-        DRAIN_SLICE has passed (ClusterNode.tick_report_steps: ~100 ms in one go at 5 000
-        groups; with a few groups it is one slice and never yields)."""
-        self._building_tick_report = True
-        try:
-            steps = self.node.tick_report_steps(now)
-            loop_slice = _LoopSlice()
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    outcome: TickOutcome = done.value  # the generator's return value
-                    return outcome
-                await loop_slice.pause_if_due()
-        finally:
-            self._building_tick_report = False
+    def _export_premises(self, now: float) -> None:
+        """The safety argument's premises as metrics (docs/design/protocol.md): an operator
+        sees when the guarantee is off, and why."""
+        node = self.node
+        valid = node.lease_valid(now)
+        if not valid and self._lease_was_valid:
+            self.metrics.leases_expired.inc()
+            log.warning("lease expired: %s", self.lease_detail().get("why", ""))
+        self._lease_was_valid = valid
+        self.metrics.lease_valid.set(1 if valid else 0)
+        left = node.lease_end() - now
+        self.metrics.lease_seconds_left.set(max(0.0, left) if left != float("inf") else node.config.lease_seconds)
+        self.metrics.members_unacknowledging.set(len(node.unacknowledging(now)))
+        self.metrics.members_out_of_sync.set(sum(1 for m in node.usage_map.members.values() if not m.in_sync))
+        self.metrics.round_trip.set(node.round_trip(now))
 
     def _check_broker(self, now: float) -> bool:
         """Whether the broker carries our messages now; hearing, the metric and one log line
@@ -671,20 +630,15 @@ class Daemon:
         self._unresponsive = reason
         connected = self.session_open and reason is None
         self.metrics.broker_connected.set(1 if connected else 0)
-        if self.node.set_hearing(connected, now) and self.node.ticks:
-            log.info("broker reachable again; reconverging")
-        elif not connected and self.node.deaf_since == now:
-            log.warning("broker unreachable; keeping the last shares for %.0fs, then quota/%d",
-                        self.settings.outage_grace, self.node.members_at_deafness)
         return connected
 
-    async def _probe(self, report: UsageReport) -> None:
+    async def _probe(self, parts: list[UsageReport]) -> None:
         """While the broker does not answer: publish the tick's report anyway, without
         waiting. It is how we learn that the broker is back (the report comes back to us),
         and peers may fold it late like any delayed report; waiting for its acknowledgement
         would only hold up the tick, so the wait is one react interval, and failures are
         counted, not logged (the outage was logged once)."""
-        for part in [report, *self.node.take_continuations(report)]:
+        for part in parts:
             try:
                 data = await asyncio.wait_for(self._publish(part), self.node.config.react_seconds)
             except Exception:
@@ -694,51 +648,9 @@ class Daemon:
             if self.log_guard is not None:
                 self.log_guard.append_published(data)
 
-    async def recompute(self, names: set[str] | None) -> None:
-        """The node's recompute (every group, or `names`), with the calculator off the event
-        loop when there is much to do. At PIP-82's scale (5 000 groups here, most of them
-        named by some peer's report every second) the calculator, inputs gathered and batched
-        (`evaluate_all`), still takes hundreds of milliseconds a tick (bench/scale_probe.py
-        prints it): too much for the loop that answers brokers. So beyond
-        INLINE_GROUPS the groups go in chunks: inputs gathered on the loop (a consistent
-        copy), the calculator in a worker thread, the limits swapped into the limiter on the
-        loop; the loop answers asks between chunks and, as the worker drops the GIL every
-        few milliseconds, during them. One recompute at a time, and large ones at most
-        CALC_DUTY of the time: groups that change meanwhile are left dirty for the next."""
-        node = self.node
-        if self._calculating or self.clock() < self._calc_resume_at:
-            if names is None:
-                node.all_dirty = True
-            else:
-                node.dirty |= names
-            return
-        if names is None:
-            targets = sorted(g for g, _ in node.limiter.states)
-            node.dirty.clear()
-            node.all_dirty = False
-        else:
-            targets = sorted(names)
-        if len(targets) <= INLINE_GROUPS:
-            if targets:
-                node.recompute(set(targets))
-            return
-        self._calculating = True
-        started = self.clock()
-        try:
-            for i in range(0, len(targets), INLINE_GROUPS):
-                plan = node.recompute_plan(set(targets[i:i + INLINE_GROUPS]))
-                limits = await asyncio.to_thread(evaluate_all, [inputs for _, inputs in plan])
-                node.apply_limits(plan, limits)
-        finally:
-            self._calculating = False
-            # At most CALC_DUTY of the time: the core is shared with folding reports and
-            # answering asks, so a burst of changes waits rather than starving them.
-            spent = self.clock() - started
-            self._calc_resume_at = self.clock() + spent * (1.0 - CALC_DUTY) / CALC_DUTY
-
-    async def _publish_logged(self, report: UsageReport) -> None:
-        """Publish `report` and its continuations, if it was split (ClusterNode._fit)."""
-        for part in [report, *self.node.take_continuations(report)]:
+    async def _publish_logged(self, parts: list[UsageReport]) -> None:
+        """Publish a report (in its parts, if it was split to fit the broker) and log it."""
+        for part in parts:
             try:
                 data = await asyncio.wait_for(self._publish(part), self.settings.tick)
             except Exception as exc:
@@ -749,11 +661,10 @@ class Daemon:
             if self.log_guard is not None:
                 self.log_guard.append_published(data)
 
-    async def _drain_inbox(self, now: float) -> list[str]:
-        """Fold everything received since the last tick; returns new members. Folding a
+    async def _drain_inbox(self, now: float) -> None:
+        """Fold everything received since the last drain. Folding a
         second's worth of 99 peers' reports at once held the loop for hundreds of
         milliseconds, so it yields to waiting asks every DRAIN_SLICE seconds."""
-        newcomers: list[str] = []
         loop_slice = _LoopSlice()
         waiting = self.inbox.qsize()  # what arrives meanwhile waits for the next drain
         while waiting > 0 and not self.inbox.empty():
@@ -779,11 +690,8 @@ class Daemon:
             assert folded.report is not None
             if folded.report.leaving:
                 self.metrics.evictions.labels(EVICT_LEAVING).inc()
-            elif folded.new_member:
-                newcomers.append(folded.report.daemon_id)
             if self.log_guard is not None:
                 self.log_guard.append_receipt(folded.report, item.raw, item.received_at)
-        return newcomers
 
     # -- admin stats -----------------------------------------------------------------------
 
@@ -820,7 +728,7 @@ class Daemon:
         }
         daemons: dict[str, Any] = {}
         for daemon_id, entry in self.usage_map.groups.get(budget.name, {}).items():
-            doc: dict[str, Any] = {"report_age_seconds": round(now - entry.updated, 3), "reports": entry.usage.reports}
+            doc: dict[str, Any] = {"report_age_seconds": round(now - entry.updated, 3)}
             for kind in kinds:
                 k = entry.usage.kind(kind)
                 doc[kind] = {
@@ -842,9 +750,8 @@ def node_config_for(settings: Settings) -> NodeConfig:
         settings.id, settings.tick, settings.strategy,
         QuotaParams(burst_seconds=settings.burst, counting_window=settings.tick),
         SuppressionPolicy.every(settings.report_tolerance, settings.report_every),
-        settings.ttl_ticks, True, settings.burst, settings.max_debt, settings.outage_grace,
+        float(settings.ttl_ticks), settings.burst, settings.max_debt,
         react_seconds=settings.tick / REACTS_PER_TICK, start_seconds=start_seconds_for(settings.strategy),
-        member_admissions_per_tick=MEMBER_ADMISSIONS_PER_TICK,
     )
 
 

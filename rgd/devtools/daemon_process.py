@@ -37,14 +37,19 @@ class DaemonProcess:
     # Its own session (process group): signal, stop and kill then reach the whole group, and a
     # Ctrl-C meant for the parent does not reach the daemon first (benchmarks measure the stop).
     new_session: bool = False
+    # Where it listens: loopback, or an address the caller owns (a test namespace's veth end).
+    host: str = HOST
+    # A command that runs the daemon for us (`ip netns exec NS`: it then execs the daemon,
+    # so the pid, signals and exit code are the daemon's own).
+    wrap: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> DaemonProcess:
-        cmd = [sys.executable, "-m", "rgd.cli", "run", "--id", self.daemon_id,
-               "--listen", f"127.0.0.1:{self.port}", *self.args]
+        cmd = [*self.wrap, sys.executable, "-m", "rgd.cli", "run", "--id", self.daemon_id,
+               "--listen", f"{self.host}:{self.port}", *self.args]
         # the child gets its own copy of the descriptor: ours is closed once it started
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -80,6 +85,8 @@ class DaemonProcess:
         to read, a port nobody can bind now says the same."""
         if "address already in use" in self.log_tail(5):
             return True
+        if self.wrap or self.host != HOST:
+            return False  # not a port of ours to try here: the log said it all
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((HOST, self.port))

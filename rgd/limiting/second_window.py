@@ -123,11 +123,20 @@ class SecondWindow:
             self._next_turn(now)
         elif self.total + n <= self.cap and self.in_turn + n <= self.turn_cap:
             return True
-        if self.in_turn + n > self.turn_cap and self.in_turn > 0.0:
+        if self.in_turn + n > self.turn_cap and (self.in_turn > 0.0 or self._turn_would_fit(n)):
             return False
         self.expire(now)
         total = self.total
         return total + n <= self.cap or total <= 0.0
+
+    def _turn_would_fit(self, n: float) -> bool:
+        """Whether some turn's cap (at most the rate plus one message) holds n: then n waits
+        for such a turn rather than pass on an empty second. Below a message a second this is
+        what makes the members' whole messages take turns: each may admit one in the seconds
+        its turn allows, and in any second the members together admit at most the quota
+        rounded up (the stated bound: one message over the quota)."""
+        turns = self.turns
+        return turns is not None and n <= turns.rate + turns.unit
 
     def room(self, now: float) -> float:
         """What the window may still admit now (negative after a charge took it over)."""
@@ -156,7 +165,8 @@ class SecondWindow:
         if now >= self.until:
             self._next_turn(now)
         self.expire(now)
-        turn_wait = self.until - now if self.in_turn + n > self.turn_cap and self.in_turn > 0.0 else 0.0
+        waits_turn = self.in_turn + n > self.turn_cap and (self.in_turn > 0.0 or self._turn_would_fit(n))
+        turn_wait = self.until - now if waits_turn else 0.0
         total = self.total
         if total + n <= self.cap or total <= 0.0:
             return turn_wait

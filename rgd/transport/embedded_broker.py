@@ -10,6 +10,11 @@ Loopback only, and one port only: the binary's own HTTP metrics endpoint would
 listen on 0.0.0.0:8080 (its default, which `--addr` does not change), on every
 interface and on `rgd run`'s default port, so a config file written here turns it
 off. The binary protocol port is a free ephemeral port on 127.0.0.1.
+
+`host` names another address of this machine to listen on instead, for a caller that owns
+it: the partition probe binds the host end of its test veth (tests/support/netns.py), so a
+daemon in another network namespace reaches the broker and loses it when the link goes down.
+It is still one address and one port.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HOST", "EmbeddedBroker", "free_port", "process_alive", "start_or_join"]
+__all__ = ["HOST", "EmbeddedBroker", "file_lock", "free_port", "process_alive", "start_or_join"]
 
 log = logging.getLogger("rgd.broker")
 
@@ -62,17 +67,17 @@ def _binary() -> str:
     return path
 
 
-def free_port() -> int:
-    """A free TCP port on loopback (for the broker, daemons, test servers)."""
+def free_port(host: str = HOST) -> int:
+    """A free TCP port on loopback, or on `host` (for the broker, daemons, test servers)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
+        s.bind((host, 0))
         port: int = s.getsockname()[1]  # (host, port) for AF_INET
         return port
 
 
-def _accepting(port: int) -> bool:
+def _accepting(port: int, host: str = HOST) -> bool:
     try:
-        with socket.create_connection((HOST, port), timeout=0.3):
+        with socket.create_connection((host, port), timeout=0.3):
             return True
     except OSError:
         return False
@@ -90,7 +95,9 @@ def process_alive(pid: int) -> bool:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created, with its directory, if missing): one
+    process at a time between processes that share a machine."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -100,17 +107,20 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def start_or_join(data_dir: str | Path, port: int = 0, timeout: float = 15.0) -> EmbeddedBroker:
-    """Return a running broker for `data_dir`, starting one if none is alive."""
+def start_or_join(data_dir: str | Path, port: int = 0, timeout: float = 15.0, host: str = HOST) -> EmbeddedBroker:
+    """Return a running broker for `data_dir`, starting one if none is alive (on `host`: an
+    address of this machine, loopback unless the caller owns another one)."""
     root = Path(data_dir).absolute()
     state = root / "broker.json"
-    with _locked(root / "broker.lock"):
+    with file_lock(root / "broker.lock"):
         if state.exists():
             try:
                 info = json.loads(state.read_text())
-                if process_alive(int(info["pid"])) and _accepting(int(info["port"])):
-                    log.info("joining embedded broker pid %s on port %s", info["pid"], info["port"])
-                    return EmbeddedBroker(f"pulsar://{HOST}:{info['port']}", int(info["port"]), int(info["pid"]), False)
+                joined = str(info.get("host", HOST))
+                if process_alive(int(info["pid"])) and _accepting(int(info["port"]), joined):
+                    log.info("joining embedded broker pid %s on %s:%s", info["pid"], joined, info["port"])
+                    return EmbeddedBroker(f"pulsar://{joined}:{info['port']}", int(info["port"]), int(info["pid"]),
+                                          False)
             except (ValueError, KeyError, OSError):
                 pass
         config = root / "pulsar-lite.toml"
@@ -118,10 +128,10 @@ def start_or_join(data_dir: str | Path, port: int = 0, timeout: float = 15.0) ->
         # A port chosen here is free when chosen, not necessarily when the binary binds it:
         # on a lost race, try another one.
         for attempt in range(1 if port else 3):
-            chosen = port or free_port()
-            proc = _spawn(root, config, chosen)
+            chosen = port or free_port(host)
+            proc = _spawn(root, config, chosen, host)
             try:
-                _wait_accepting(proc, chosen, timeout, root)
+                _wait_accepting(proc, chosen, timeout, root, host)
             except _ExitedEarly as exc:
                 if port or attempt == 2 or not exc.port_taken:
                     raise
@@ -131,9 +141,9 @@ def start_or_join(data_dir: str | Path, port: int = 0, timeout: float = 15.0) ->
                 _kill(proc)
                 raise
             break
-        state.write_text(json.dumps({"pid": proc.pid, "port": chosen}))
-        log.info("started embedded broker pid %s on %s:%s (data %s)", proc.pid, HOST, chosen, root)
-        return EmbeddedBroker(f"pulsar://{HOST}:{chosen}", chosen, proc.pid, True, proc)
+        state.write_text(json.dumps({"pid": proc.pid, "port": chosen, "host": host}))
+        log.info("started embedded broker pid %s on %s:%s (data %s)", proc.pid, host, chosen, root)
+        return EmbeddedBroker(f"pulsar://{host}:{chosen}", chosen, proc.pid, True, proc)
 
 
 BROKER_CONFIG = """\
@@ -153,16 +163,16 @@ class _ExitedEarly(RuntimeError):
         self.port_taken = port_taken
 
 
-def _spawn(root: Path, config: Path, port: int) -> subprocess.Popen[bytes]:
+def _spawn(root: Path, config: Path, port: int, host: str = HOST) -> subprocess.Popen[bytes]:
     with open(root / "pulsar-lite.log", "ab") as logfile:
         return subprocess.Popen(
-            [_binary(), "--config", str(config), "--addr", f"{HOST}:{port}", "--db-path", str(root / "pulsar-lite.db"),
+            [_binary(), "--config", str(config), "--addr", f"{host}:{port}", "--db-path", str(root / "pulsar-lite.db"),
              "--log-level", os.environ.get("RGD_BROKER_LOG_LEVEL", "warn")],
             stdout=logfile, stderr=logfile, cwd=root, start_new_session=True,
         )
 
 
-def _wait_accepting(proc: subprocess.Popen[bytes], port: int, timeout: float, root: Path) -> None:
+def _wait_accepting(proc: subprocess.Popen[bytes], port: int, timeout: float, root: Path, host: str = HOST) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
@@ -170,7 +180,7 @@ def _wait_accepting(proc: subprocess.Popen[bytes], port: int, timeout: float, ro
             raise _ExitedEarly(f"pulsar-lite exited with code {proc.returncode} ({reason}); "
                                f"see {root / 'pulsar-lite.log'}",
                                port_taken="AddrInUse" in reason or "already in use" in reason)
-        if _accepting(port):
+        if _accepting(port, host):
             # Whoever won a race for this port would accept too; the binary exits at once
             # when it cannot bind, so it must still be running a moment later.
             time.sleep(0.1)
@@ -178,7 +188,7 @@ def _wait_accepting(proc: subprocess.Popen[bytes], port: int, timeout: float, ro
                 return
             continue
         if time.monotonic() > deadline:
-            raise RuntimeError(f"pulsar-lite did not accept connections on {HOST}:{port} within {timeout}s")
+            raise RuntimeError(f"pulsar-lite did not accept connections on {host}:{port} within {timeout}s")
         time.sleep(0.05)
 
 

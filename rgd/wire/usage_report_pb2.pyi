@@ -43,7 +43,7 @@ class GroupUsage(_message.Message):
     def __init__(self, group: _Optional[str] = ..., namespaces: _Optional[_Iterable[str]] = ..., topics: _Optional[int] = ..., publish: _Optional[_Union[KindUsage, _Mapping]] = ..., dispatch: _Optional[_Union[KindUsage, _Mapping]] = ..., replication: _Optional[_Union[KindUsage, _Mapping]] = ...) -> None: ...
 
 class UsageReport(_message.Message):
-    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys", "members", "complete", "heard")
+    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys", "members", "complete", "heard", "base", "ack_members", "ack_sequences", "lease_ms", "ack_wanted")
     DAEMON_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,11 @@ class UsageReport(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     HEARD_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    ACK_MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    ACK_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    ACK_WANTED_FIELD_NUMBER: _ClassVar[int]
     daemon_id: str
     sequence: int
     publish_time_ms: int
@@ -68,10 +73,15 @@ class UsageReport(_message.Message):
     members: int
     complete: bool
     heard: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[GroupUsage, _Mapping]]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ..., members: _Optional[int] = ..., complete: _Optional[bool] = ..., heard: _Optional[_Iterable[int]] = ...) -> None: ...
+    base: int
+    ack_members: _containers.RepeatedScalarFieldContainer[int]
+    ack_sequences: _containers.RepeatedScalarFieldContainer[int]
+    lease_ms: int
+    ack_wanted: bool
+    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[GroupUsage, _Mapping]]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ..., members: _Optional[int] = ..., complete: _Optional[bool] = ..., heard: _Optional[_Iterable[int]] = ..., base: _Optional[int] = ..., ack_members: _Optional[_Iterable[int]] = ..., ack_sequences: _Optional[_Iterable[int]] = ..., lease_ms: _Optional[int] = ..., ack_wanted: _Optional[bool] = ...) -> None: ...
 
 class UsageReportEntries(_message.Message):
-    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys", "members", "complete", "heard")
+    __slots__ = ("daemon_id", "sequence", "publish_time_ms", "tick_ms", "leaving", "groups", "incarnation", "restatement", "group_keys", "members", "complete", "heard", "base", "ack_members", "ack_sequences", "lease_ms", "ack_wanted")
     DAEMON_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +94,11 @@ class UsageReportEntries(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     HEARD_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    ACK_MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    ACK_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    ACK_WANTED_FIELD_NUMBER: _ClassVar[int]
     daemon_id: str
     sequence: int
     publish_time_ms: int
@@ -96,4 +111,9 @@ class UsageReportEntries(_message.Message):
     members: int
     complete: bool
     heard: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[bytes]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ..., members: _Optional[int] = ..., complete: _Optional[bool] = ..., heard: _Optional[_Iterable[int]] = ...) -> None: ...
+    base: int
+    ack_members: _containers.RepeatedScalarFieldContainer[int]
+    ack_sequences: _containers.RepeatedScalarFieldContainer[int]
+    lease_ms: int
+    ack_wanted: bool
+    def __init__(self, daemon_id: _Optional[str] = ..., sequence: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., tick_ms: _Optional[int] = ..., leaving: _Optional[bool] = ..., groups: _Optional[_Iterable[bytes]] = ..., incarnation: _Optional[int] = ..., restatement: _Optional[bool] = ..., group_keys: _Optional[bytes] = ..., members: _Optional[int] = ..., complete: _Optional[bool] = ..., heard: _Optional[_Iterable[int]] = ..., base: _Optional[int] = ..., ack_members: _Optional[_Iterable[int]] = ..., ack_sequences: _Optional[_Iterable[int]] = ..., lease_ms: _Optional[int] = ..., ack_wanted: _Optional[bool] = ...) -> None: ...

@@ -6,7 +6,9 @@
 - spark_standalone: a Spark standalone cluster for the report's tests;
 - lexmaxmin_lp: an LP that computes lexicographic max-min allocations, an oracle
   independent of rgd.quota;
-- pulsar_metrics: the groups file and /metrics scrape of the --pulsar-metrics tests.
+- pulsar_metrics: the groups file and /metrics scrape of the --pulsar-metrics tests;
+- netns: a network namespace joined by veth pairs, cut and healed on demand (partitions;
+  needs root and iproute2).
 
 The fixtures (the session's broker, `make_daemon`, ...) are in tests/conftest.py, which
 pytest loads for every tier.

@@ -13,17 +13,17 @@ from collections import Counter
 
 from rgd.cluster.node import ClusterNode, NodeConfig
 from rgd.daemon.gc_pacing import GcPacer
-from tests.support.fake_clock import FakeClock, wall_ms
+from tests.support.fake_clock import FakeClock
 from tests.unit.test_gc_pacing import GROUPS, _Cycle, _second
 
 
 def test_a_node_in_steady_state_makes_no_reference_cycles() -> None:
-    # Demand steps every few seconds, so early reports, restatements and recomputes all run.
+    # Demand steps every few seconds, so reacts' reports, acknowledgements and recomputes all run.
     # A cycle made here would be frozen by the pacer and held until the heap doubled: the
     # react's window view once referred to its two mappings and they to it, and every view
     # (with every entry it built) waited for a full collection.
     clock = FakeClock()
-    n = ClusterNode(NodeConfig("a"), 1, clock, wall_ms, lambda: GROUPS)
+    n = ClusterNode(NodeConfig("a"), 1, clock, lambda: GROUPS)
     for s in range(4):  # warm up: first reports, settling, peers learned
         _second(n, clock, s, 100)
     gc.collect()

@@ -104,11 +104,10 @@ def test_rgd_share_never_grows_when_another_demand_grows(q, entries, members, ot
         assert after[d] <= before[d] * (1 + 1e-9) + 1e-9
 
 
-# -- any delivery delay: our own increase waits for the report to be out that long ----------
+# -- any delivery delay: we count our own demand as the smallest state a peer may hold ------
 
-from rgd.cluster.own_history import OwnHistory  # noqa: E402
+from rgd.cluster.own_reports import OwnReports  # noqa: E402
 
-NOW = 10.0
 # What the shares in force of a jointly split kind may sum to across views, for any figures
 # at all: the budget cap's bound (calculator.JOINT_MAX_BUDGET), written as a literal so that a
 # larger cap fails here until someone looks. Reached only by sizes no broker sends (below).
@@ -120,39 +119,35 @@ MAX_MESSAGE_BYTES = 5 * 1024 * 1024
 
 
 def _views_in_force(group: ResourceGroup, everyone: list[str], data, entry) -> dict:
-    """Every daemon published a few entries at random times. A report takes at most D to
-    arrive (in order, none lost), so a peer holds, of each daemon, the newest entry
-    published at least its own delay d <= D ago: anything from the newest entry older than
-    D to the newest one. Each daemon counts its own demand as OwnHistory says, with a fold
-    window W >= D: the shares they all compute at that moment."""
-    delay = data.draw(st.floats(0.0, 3.0), label="D")
-    window = delay + data.draw(st.floats(0.0, 0.5), label="W - D")
-    histories: dict[str, list[tuple[float, PeerUsage]]] = {}
-    for m in everyone:
-        times = sorted(data.draw(st.lists(st.floats(0.0, NOW), max_size=4), label=f"times {m}"))
-        histories[m] = [(t, data.draw(entry, label=f"entry {m}@{t}")) for t in times]
-
-    def held(m: str, by: str) -> PeerUsage | None:
-        d = data.draw(st.floats(0.0, delay), label=f"delay {m}->{by}")
-        out = [u for t, u in histories[m] if t <= NOW - d]
-        return out[-1] if out else None
+    """Every daemon published a few reports (sequences 1..k). Reports arrive in order after
+    any delay, so a peer holds, of each daemon, any prefix of its reports: the state as of
+    some sequence h (0: nothing yet). It acknowledged a sequence at or before h (its
+    acknowledgement is on its way back, or it has not sent one since). Each daemon counts its
+    own demand as OwnReports says from the oldest acknowledgement of it (docs/design/protocol.md,
+    P2): the shares they all compute at that moment."""
+    histories: dict[str, list[PeerUsage]] = {
+        m: data.draw(st.lists(entry, max_size=4), label=f"reports of {m}") for m in everyone}
+    held = {(m, p): data.draw(st.integers(0, len(histories[m])), label=f"{p} holds {m} as of")
+            for m in everyone for p in everyone if m != p}
+    acked = {(m, p): data.draw(st.integers(0, h), label=f"{p} acknowledged {m}") for (m, p), h in held.items()}
 
     shares = {}
     for p in everyone:
-        usage = {m: u for m in everyone if m != p and (u := held(m, p)) is not None}
-        own = OwnHistory()
-        for t, u in histories[p]:
-            own.add(group.name, t, u)
+        usage = {m: histories[m][h - 1] for m in everyone if m != p and (h := held[(m, p)]) > 0}
+        own = OwnReports()
+        for i, u in enumerate(histories[p]):
+            own.record(own.next_sequence(), float(i), 3.0, {group.name: u})
         if histories[p]:
-            usage[p] = histories[p][-1][1]
-        previous = own.as_seen(group.name, NOW, window)
+            usage[p] = histories[p][-1]
+        oldest = min((a for (m, _), a in acked.items() if m == p), default=len(histories[p]))
+        previous = own.as_held(group.name, oldest)
         shares[p] = compute_limits(group, usage, p, everyone, previous=previous)
     return shares
 
 
 @settings(max_examples=300, deadline=None)
 @given(groups, st.lists(ids, min_size=1, max_size=6, unique=True), st.data())
-def test_shares_in_force_stay_under_the_quota_for_any_delivery_delay(group, everyone, data) -> None:
+def test_shares_in_force_stay_under_the_quota_whatever_state_each_peer_holds(group, everyone, data) -> None:
     # The shares in force (_views_in_force) sum to at most the quota: exactly for a kind with
     # one limited dimension; for a kind split jointly, at most JOINT_WORST_CASE times it
     # (calculator._joint: views that hold different entries of a daemon see different message

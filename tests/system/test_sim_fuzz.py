@@ -155,6 +155,9 @@ def test_cli_fuzz_prints_targets_and_writes_replayable_failures(tmp_path: Path,
                  "utilization of the binding dimension >= 95%", "Jain >= 0.99", "no other strategy beats rgd"):
         assert line in out, line
     assert (tmp_path / "fuzz.md").read_text().startswith("## Fuzz: 4 scenarios x 2 strategies, seed 1")
+    invariant = out[out.index("Invariant (the limits the live daemons granted themselves"):].splitlines()
+    rows = {ln.split("|")[1].strip(): ln.split("|")[2].strip() for ln in invariant[4:6]}
+    assert set(rows) == {"rgd", "static"} and all(v.endswith("/ 4") for v in rows.values()), invariant[:6]
     failing = {p.name: p for p in (tmp_path / "failing").glob("*.yaml")}
     # Case 6 of seed 1 fails rgd's utilization target (94.0 %); which other of cases 5-8 fail
     # is not the point here.
@@ -187,6 +190,10 @@ def test_cli_fuzz_hindsight_adds_a_reference_row_left_out_of_the_comparison(
     assert not rows["rgd"].split("|")[5].strip().endswith("/ 0.0")
     assert "PASS no other strategy beats rgd on worst overshoot" in out
     assert "beaten by" not in out
+    # The reference grants itself no limits: the replayed run's violations (static's, 3 in
+    # case 5, the first at start-up: +100 %) are not its own.
+    invariant = out[out.index("Invariant (the limits"):].splitlines()
+    assert next(ln for ln in invariant if ln.startswith("| hindsight |")).split("|")[2:4] == [" 0 / 1 ", " 0 "]
 
 
 def test_cli_fuzz_failing_file_names_the_reference_as_one(tmp_path: Path) -> None:

@@ -27,7 +27,8 @@ def test_every_required_scenario_is_built_in() -> None:
 
 # `loss` has its own targets below; `issue12-coupled` binds in bytes, which the messages
 # metric does not judge (its targets are checked by hand below).
-@pytest.mark.parametrize("name", [n for n in BUILTINS if n not in ("loss", "issue12-coupled")])
+# `partition`: a daemon cut off the topic while its brokers keep asking it admits nothing from
+# its lease's end; the judge splits the quota over the connected daemons meanwhile.
 def test_rgd_meets_its_targets(name: str) -> None:
     _, m = result(name, "rgd")
     assert m.ticks_to_converge is not None and m.ticks_to_converge <= 3, m.windows

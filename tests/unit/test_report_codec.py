@@ -18,7 +18,7 @@ from rgd.cluster.report_codec import (
     Rejected,
     decode_report,
 )
-from rgd.cluster.usage_map import UsageMap
+from rgd.cluster.usage_map import UsageMap, member_tag
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 
 NOW = 1_800_000_000_000
@@ -80,15 +80,16 @@ def test_a_sane_report_passes_and_unlimited_is_minus_one():
 
 def test_duplicates_out_of_order_and_restarts_in_the_usage_map():
     m = UsageMap()
-    assert m.fold(report(sequence=1), 0.0).accepted
-    assert m.fold(report(sequence=1), 0.1).reason == "duplicate"
-    r3 = m.fold(report(sequence=4), 0.2)
+    me = member_tag("me", 99)
+    assert m.fold(report(sequence=1), 0.0, me).accepted
+    assert m.fold(report(sequence=1), 0.1, me).reason == "duplicate"
+    r3 = m.fold(report(sequence=4), 0.2, me)
     assert r3.accepted and r3.lost == 2
-    assert m.fold(report(sequence=3), 0.3).reason == "duplicate"  # out of order: too late
-    restart = m.fold(report(sequence=1, incarnation=8), 0.4)
+    assert m.fold(report(sequence=3), 0.3, me).reason == "duplicate"  # out of order: too late
+    restart = m.fold(report(sequence=1, incarnation=8), 0.4, me)
     assert restart.accepted and restart.lost == 0  # a new incarnation restarts the sequence
-    assert m.fold(report(sequence=9, incarnation=7), 0.5).reason == "stale_incarnation"
-    assert m.fold(report(sequence=2, incarnation=8, leaving=True), 0.6).accepted
+    assert m.fold(report(sequence=9, incarnation=7), 0.5, me).reason == "stale_incarnation"
+    assert m.fold(report(sequence=2, incarnation=8, leaving=True), 0.6, me).accepted
     assert "peer" not in m.members
 
 

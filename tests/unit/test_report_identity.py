@@ -1,8 +1,8 @@
 """Identity, replays and bounded work per report (pure logic, real report messages).
 
 Signed reports are bound to a sender, an incarnation and a sequence: a departed
-incarnation's genuine reports are replays. Caps on groups per report (counted on
-the wire, before parsing), members in the map and the rate of new members;
+incarnation's genuine reports are replays (rgd.cluster.usage_map, `departed`). Caps on
+groups per report (counted on the wire, before parsing) and on members in the map;
 plausibility of counts from the group's quota and the report's tick.
 """
 
@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from rgd.cluster.map_keeper import MAX_MEMBERS, REJECT_MEMBER_LIMIT, REJECT_MEMBER_RATE, REJECT_REPLAY, MapKeeper
-from rgd.cluster.node import MEMBER_ADMISSION_BURST, ClusterNode, NodeConfig
+from rgd.cluster.node import ClusterNode, NodeConfig
 from rgd.cluster.report_codec import (
+    MAX_MEMBERS,
     MIN_GROUPS_CAP,
     REJECT_IMPLAUSIBLE,
     REJECT_TOO_MANY_GROUPS,
@@ -25,9 +25,10 @@ from rgd.cluster.report_codec import (
     decode_report,
     groups_cap,
 )
-from rgd.cluster.usage_map import UsageMap
+from rgd.cluster.usage_map import REJECT_REPLAY, UsageMap, member_tag
 from rgd.config.groups import ResourceGroup
 from rgd.wire.usage_report_pb2 import UsageReport
+from tests.support.fake_clock import FakeClock
 
 NOW_MS = 1_800_000_000_000
 
@@ -124,196 +125,171 @@ def test_a_quota_cut_is_judged_by_the_old_quota_until_peers_can_have_applied_it(
     # Quota 1000 -> 10 (a 100x cut, beyond the 24x margin): a peer's report of the tick it
     # spent under 1000 (900 admitted) is genuine. Judged by 10 alone it was "implausible".
     groups = {"gold": ResourceGroup("gold", publish_msgs=1000)}
-    clock = [1_800_000_000.0]
-    node = ClusterNode(NodeConfig("a"), 1, lambda: clock[0], lambda now: int(now * 1000), lambda: groups)
+    clock = FakeClock(1_800_000_000.0)
+    node = ClusterNode(NodeConfig("a"), 1, clock, lambda: groups)
     seq = iter(range(1, 100))
 
     def peer_report(admitted: int) -> bytes:
-        return report(seq=next(seq), groups={"gold": admitted}, publish_ms=int(clock[0] * 1000)).SerializeToString()
+        return report(seq=next(seq), groups={"gold": admitted}, publish_ms=clock.wall_ms(clock.t)).SerializeToString()
 
-    assert node.receive(peer_report(900), None, clock[0]).accepted
+    assert node.receive(peer_report(900), None, clock.t).accepted
     groups["gold"] = ResourceGroup("gold", publish_msgs=10)
     node.apply_config()
-    assert node.receive(peer_report(900), None, clock[0]).accepted
-    clock[0] += 3.0  # within (TTL 3 + 2) ticks plus the delivery delay
-    assert node.receive(peer_report(900), None, clock[0]).accepted
-    clock[0] += 4.0  # past it: every peer has had the cut for ticks; 900 under 10/s is not genuine
-    assert node.receive(peer_report(900), None, clock[0]).reason == REJECT_IMPLAUSIBLE
-    assert node.receive(peer_report(340), None, clock[0]).accepted  # 2 x 10 x 12 + 100
+    assert node.receive(peer_report(900), None, clock.t).accepted
+    clock.t += 3.0  # within the lease (3 ticks) plus a tick: a peer may not have applied the cut yet
+    assert node.receive(peer_report(900), None, clock.t).accepted
+    clock.t += 4.0  # past it: every peer has had the cut for ticks; 900 under 10/s is not genuine
+    assert node.receive(peer_report(900), None, clock.t).reason == REJECT_IMPLAUSIBLE
+    assert node.receive(peer_report(340), None, clock.t).accepted  # 2 x 10 x 12 + 100
     # A raise is judged by the new quota at once (higher than the old one anyway).
     groups["gold"] = ResourceGroup("gold", publish_msgs=10_000)
     node.apply_config()
-    assert node.receive(peer_report(200_000), None, clock[0]).accepted
+    assert node.receive(peer_report(200_000), None, clock.t).accepted
 
 
 def test_two_cuts_in_a_row_are_judged_by_the_highest_quota_a_peer_may_still_have():
-    # 1000 -> 100 -> 10 within the grace ((TTL 3 + 2) ticks + the 1-tick default delay =
-    # 6 s): a slow peer may still run on 1000 (it may apply both changes after us). Admitted
-    # bounds over a 1 s tick with 11 s of slack: 24 100 under 1000, 2 500 under 100, 340 under
-    # 10. Remembering only the last change (100 vs 10) rejected 3 000 at once.
+    # 1000 -> 100 -> 10 a second apart, each judged by the old quota for the lease (3 ticks)
+    # plus a tick (4 s) after it: a slow peer may still run on 1000 (it may apply both changes
+    # after us). Admitted bounds over a 1 s tick with 11 s of slack: 24 100 under 1000, 2 500
+    # under 100, 340 under 10. Remembering only the last change (100 vs 10) rejected 3 000 at once.
     groups = {"gold": ResourceGroup("gold", publish_msgs=1000), "other": ResourceGroup("other", publish_msgs=10)}
-    clock = [1_800_000_000.0]
-    node = ClusterNode(NodeConfig("a"), 1, lambda: clock[0], lambda now: int(now * 1000), lambda: groups)
+    clock = FakeClock(1_800_000_000.0)
+    node = ClusterNode(NodeConfig("a"), 1, clock, lambda: groups)
     seq = iter(range(1, 100))
 
     def peer_report(admitted: int, group: str = "gold") -> bytes:
-        return report(seq=next(seq), groups={group: admitted}, publish_ms=int(clock[0] * 1000)).SerializeToString()
+        return report(seq=next(seq), groups={group: admitted}, publish_ms=clock.wall_ms(clock.t)).SerializeToString()
 
     groups["gold"] = ResourceGroup("gold", publish_msgs=100)
     node.apply_config()
-    clock[0] += 1.0
+    clock.t += 1.0
     groups["gold"] = ResourceGroup("gold", publish_msgs=10)
     node.apply_config()
-    assert node.receive(peer_report(3000), None, clock[0]).accepted
-    assert node.receive(peer_report(341, "other"), None, clock[0]).reason == REJECT_IMPLAUSIBLE  # unchanged
-    clock[0] += 5.5  # past the first cut's grace, within the second's: judged by 100
-    assert node.receive(peer_report(3000), None, clock[0]).reason == REJECT_IMPLAUSIBLE
-    assert node.receive(peer_report(2000), None, clock[0]).accepted
-    clock[0] += 1.0  # past both: judged by 10
-    assert node.receive(peer_report(2000), None, clock[0]).reason == REJECT_IMPLAUSIBLE
-    assert node.receive(peer_report(340), None, clock[0]).accepted
+    assert node.receive(peer_report(3000), None, clock.t).accepted
+    assert node.receive(peer_report(341, "other"), None, clock.t).reason == REJECT_IMPLAUSIBLE  # unchanged
+    clock.t += 3.5  # past the first cut's grace, within the second's: judged by 100
+    assert node.receive(peer_report(3000), None, clock.t).reason == REJECT_IMPLAUSIBLE
+    assert node.receive(peer_report(2000), None, clock.t).accepted
+    clock.t += 1.0  # past both: judged by 10
+    assert node.receive(peer_report(2000), None, clock.t).reason == REJECT_IMPLAUSIBLE
+    assert node.receive(peer_report(340), None, clock.t).accepted
 
 
 # -- replays of departed incarnations ---------------------------------------------------------
 
-def keeper(signed: bool = True, **kw) -> MapKeeper:
-    return MapKeeper(UsageMap(), "a", 6, ttl_seconds=3.0, safety_ttl_seconds=21.0,
-                     replay_window_seconds=REPLAY_WINDOW_MS / 1000 if signed else None, **kw)
+US = member_tag("a", 6)  # how peers' acknowledgements name the receiver in these tests
 
 
 def test_a_departed_daemons_reports_replayed_are_rejected():
-    k = keeper()
+    m = UsageMap(replay_window=600.0)
     genuine = [report(seq=s, groups={"gold": 50}) for s in range(1, 6)]
     for s, r in enumerate(genuine):
-        assert k.fold(r, float(s))[0].accepted
-    assert k.fold(report(seq=6, leaving=True), 6.0)[0].accepted
-    assert "b" not in k.usage_map.members
+        assert m.fold(r, float(s), US).accepted
+    assert m.fold(report(seq=6, leaving=True), 6.0, US).accepted
+    assert "b" not in m.members
     for r in [*genuine, report(seq=6, leaving=True), report(seq=3, incarnation=6)]:
-        result, new = k.fold(r, 7.0)
-        assert result.reason == REJECT_REPLAY and not new
-    assert "b" not in k.usage_map.members and "gold" not in k.usage_map.groups
+        result = m.fold(r, 7.0, US)
+        assert result.reason == REJECT_REPLAY and not result.new_member
+    assert "b" not in m.members and "gold" not in m.groups
     # The same daemon restarted (a new incarnation) is welcome.
-    result, new = k.fold(report(seq=1, incarnation=8), 8.0)
-    assert result.accepted and new
+    result = m.fold(report(seq=1, incarnation=8), 8.0, US)
+    assert result.accepted and result.new_member
 
 
 def test_an_evicted_daemons_old_reports_are_replays_its_next_ones_are_not():
-    k = keeper()
+    m = UsageMap(default_lease=3.0, replay_window=600.0)
     for s in range(1, 4):
-        k.fold(report(seq=s, groups={"gold": 50}), float(s))
-    assert k.evict_silent(10.0) == ["b"]
-    assert k.fold(report(seq=2, groups={"gold": 50}), 10.5)[0].reason == REJECT_REPLAY
+        m.fold(report(seq=s, groups={"gold": 50}), float(s), US)
+    assert m.silent(10.0) == ["b"]
+    m.evict("b", 10.0)
+    assert m.fold(report(seq=2, groups={"gold": 50}), 10.5, US).reason == REJECT_REPLAY
     # Its genuine next report (it was only cut off) brings it back.
-    assert k.fold(report(seq=4, groups={"gold": 50}), 11.0)[0].accepted
+    assert m.fold(report(seq=4, groups={"gold": 50}), 11.0, US).accepted
+    assert "b" in m.members and "b" in m.groups["gold"]
 
 
 def test_the_memory_ends_with_the_replay_window():
-    k = keeper()
-    k.fold(report(seq=1), 0.0)
-    k.fold(report(seq=2, leaving=True), 1.0)
+    m = UsageMap(replay_window=600.0)
     window = REPLAY_WINDOW_MS / 1000
-    k.evict_silent(1.0 + window - 1)
-    assert "b" in k.departed
-    k.evict_silent(1.0 + window + 1)
-    assert k.departed == {}
+    assert m.replay_window == window == 600.0  # a replay older than that fails the clock check
+    m.fold(report(seq=1), 0.0, US)
+    m.fold(report(seq=2, leaving=True), 1.0, US)
+    m.forget_departed(1.0 + window - 1)
+    assert "b" in m.departed
+    m.forget_departed(1.0 + window + 1)
+    assert m.departed == {}
 
 
 def test_unsigned_keeps_no_memory_so_a_forged_leave_costs_the_real_daemon_one_report():
-    k = keeper(signed=False)
-    k.fold(report(seq=1, groups={"gold": 50}), 0.0)
-    k.fold(report(seq=99, leaving=True), 0.5)  # forged
-    assert k.fold(report(seq=2, groups={"gold": 50}), 1.0)[0].accepted
+    clock = FakeClock(100.0, epoch_ms=NOW_MS - 100_000)
+    node = ClusterNode(NodeConfig("a"), 6, clock, lambda: GOLD)  # no keys: anyone may publish anything
+
+    def send(r: UsageReport) -> bytes:
+        r.publish_time_ms = clock.wall_ms(clock.t)
+        return r.SerializeToString()
+
+    assert node.receive(send(report(seq=1, groups={"gold": 50})), None, clock.t).accepted
+    clock.t += 0.5
+    assert node.receive(send(report(seq=99, leaving=True)), None, clock.t).accepted  # forged
+    assert "b" not in node.members()
+    clock.t += 0.5
+    assert node.receive(send(report(seq=2, groups={"gold": 50})), None, clock.t).accepted
+    assert "b" in node.members()
 
 
 def test_cluster_node_rejects_a_departed_peers_signed_reports(tmp_path):
     keys_file = tmp_path / "keys"
     keys_file.write_text("k1:first-secret-0123456789\n")
     keys = HmacKeys.load(str(keys_file))
-    clock = [100.0]
-    node = ClusterNode(NodeConfig("a"), 1, lambda: clock[0], lambda now: int(NOW_MS + now * 1000), lambda: GOLD,
-                       keys=keys)
+    clock = FakeClock(100.0, epoch_ms=NOW_MS)
+    node = ClusterNode(NodeConfig("a"), 1, clock, lambda: GOLD, keys=keys)
 
     def send(r: UsageReport):
-        r.publish_time_ms = int(NOW_MS + clock[0] * 1000)
+        r.publish_time_ms = clock.wall_ms(clock.t)
         data = r.SerializeToString()
         return data, keys.sign(data)
 
     captured = [send(report(seq=s, groups={"gold": 50})) for s in (1, 2)]
     for data, props in captured:
-        assert node.receive(data, props, clock[0]).accepted
+        assert node.receive(data, props, clock.t).accepted
     assert "b" in node.members()
-    clock[0] += 1
-    assert node.receive(*send(report(seq=3, leaving=True)), clock[0]).accepted
-    clock[0] += 1
+    clock.t += 1
+    assert node.receive(*send(report(seq=3, leaving=True)), clock.t).accepted
+    clock.t += 1
     for data, props in captured:
-        assert node.receive(data, props, clock[0]).reason == REJECT_REPLAY
+        assert node.receive(data, props, clock.t).reason == REJECT_REPLAY
     assert node.members() == {"a"}
     # A forged report or leave without the key is a bad signature.
     data = report(seq=10**12).SerializeToString()
-    assert node.receive(data, {"rgd-key-id": "k1", "rgd-hmac": "00" * 32}, clock[0]).reason == "bad_signature"
+    assert node.receive(data, {"rgd-key-id": "k1", "rgd-hmac": "00" * 32}, clock.t).reason == "bad_signature"
 
 
-# -- members: a cap, and a bounded rate of newcomers ------------------------------------------
-
-def test_newcomers_are_admitted_at_a_bounded_rate():
-    k = keeper(signed=False, admissions_per_second=2.0, admission_burst=MEMBER_ADMISSION_BURST)
-    reasons = [k.fold(report(daemon_id=f"fake{i}"), 0.0)[0].reason for i in range(100)]
-    assert reasons.count("") == 8 and reasons.count(REJECT_MEMBER_RATE) == 92
-    # Without a report interval, one second later two more; a known member is never held back.
-    reasons = [k.fold(report(daemon_id=f"late{i}"), 1.0)[0].reason for i in range(10)]
-    assert reasons.count("") == 2
-    assert k.fold(report(daemon_id="fake0", seq=2), 1.0)[0].accepted
-
-
-def test_daemons_that_keep_reporting_are_admitted_within_a_few_intervals():
-    """100 daemons starting together (a DaemonSet at PIP-82's size, each reporting every
-    second): every one a member within 7 s, not 46 s at 2 a second. No second admits more
-    newcomers than the established members (heard again a second after joining) or 8."""
-    k = keeper(signed=False, admissions_per_second=2.0, admission_burst=MEMBER_ADMISSION_BURST)
-    k.report_interval_seconds = 1.0
-    admitted_by = []
-    for second in range(8):
-        before = len(k.usage_map.members)
-        allowed = max(MEMBER_ADMISSION_BURST, k.established(float(second)))
-        for i in range(100):
-            k.fold(report(daemon_id=f"d{i}", seq=second + 1), float(second))
-        admitted_by.append(len(k.usage_map.members))
-        assert len(k.usage_map.members) - before <= allowed
-    assert admitted_by[6] == 100, admitted_by  # 8, 10, 18, 28, 46, 74, 100
-
-
-def test_made_up_ids_sent_once_do_not_open_the_door():
-    """A burst of 100 made-up ids every second, each id used once: they never report again,
-    so none becomes established and the door stays at 8, then 2 a second."""
-    k = keeper(signed=False, admissions_per_second=2.0, admission_burst=MEMBER_ADMISSION_BURST)
-    k.report_interval_seconds = 1.0
-    for second in range(10):
-        for i in range(100):
-            k.fold(report(daemon_id=f"fake{second}-{i}"), float(second))
-    assert len(k.usage_map.members) == 8 + 2 * 9
-
+# -- members: a cap -----------------------------------------------------------------------------
 
 def test_members_are_capped():
-    k = keeper(signed=False)
+    """A report acknowledges at most MAX_MEMBERS members (report_codec): a node whose map held
+    more would acknowledge them all and every peer would reject its reports. So made-up ids
+    beyond the cap are rejected, and the node's own report still decodes at a peer."""
+    clock = FakeClock(100.0, epoch_ms=NOW_MS - 100_000)
+    node = ClusterNode(NodeConfig("a"), 1, clock, lambda: GOLD)
+
+    def send(r: UsageReport) -> bytes:
+        r.publish_time_ms = clock.wall_ms(clock.t)
+        return r.SerializeToString()
+
     for i in range(MAX_MEMBERS):
-        assert k.fold(report(daemon_id=f"d{i}"), 0.0)[0].accepted
-    result, _ = k.fold(report(daemon_id="one-too-many"), 0.0)
-    assert result.reason == REJECT_MEMBER_LIMIT and len(k.usage_map.members) == MAX_MEMBERS
-
-
-def test_signed_nodes_admit_newcomers_at_any_rate_unsigned_ones_do_not():
-    groups = lambda: GOLD  # noqa: E731
-    cfg = NodeConfig("a", member_admissions_per_tick=2.0)
-    unsigned = ClusterNode(cfg, 1, lambda: 0.0, lambda now: NOW_MS, groups)
-    assert unsigned.keeper.admissions_per_second == 2.0 and unsigned.keeper.replay_window_seconds is None
-    keys = HmacKeys((("k", b"0123456789abcdef"),))
-    signed = ClusterNode(cfg, 1, lambda: 0.0, lambda now: NOW_MS, groups, keys=keys)
-    assert signed.keeper.admissions_per_second is None
-    assert signed.keeper.replay_window_seconds == REPLAY_WINDOW_MS / 1000 == 600.0
+        assert node.receive(send(report(daemon_id=f"d{i}")), None, clock.t).accepted
+    assert not node.receive(send(report(daemon_id="one-too-many")), None, clock.t).accepted
+    assert len(node.usage_map.members) == MAX_MEMBERS
+    node.recompute_changed(clock.t)  # every member's state is now applied: acknowledged next
+    clock.t += 1.0
+    for part in node.tick_report(clock.t).parts:
+        decoded = decode_report(part.SerializeToString(), clock.wall_ms(clock.t), "d0", 7)
+        assert len(decoded.ack_members) <= MAX_MEMBERS
 
 
 def test_group_entries_beyond_the_cap_reach_a_node_as_a_rejection():
-    node = ClusterNode(NodeConfig("a"), 1, lambda: 0.0, lambda now: NOW_MS, lambda: GOLD)
+    node = ClusterNode(NodeConfig("a"), 1, FakeClock(0.0, epoch_ms=NOW_MS), lambda: GOLD)
     r = report(groups={f"g{i}": 1 for i in range(MIN_GROUPS_CAP + 1)})
     assert node.receive(r.SerializeToString(), None, 0.0).reason == REJECT_TOO_MANY_GROUPS
     assert node.usage_map.members == {}

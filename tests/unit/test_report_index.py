@@ -13,6 +13,7 @@ import pytest
 
 from rgd.cluster.node import ClusterNode, NodeConfig
 from rgd.cluster.report_codec import (
+    MAX_MEMBERS,
     REJECT_INVALID,
     REJECT_MALFORMED,
     REJECT_SIGNATURE,
@@ -26,8 +27,14 @@ from rgd.cluster.report_codec import (
 )
 from rgd.config.groups import ResourceGroup
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
+from tests.support.fake_clock import FakeClock
 
 NOW_MS = 1_800_000_000_000
+CLOCK_AT = 100.0  # a node's monotonic now; its wall clock reads NOW_MS then
+
+
+def node_clock() -> FakeClock:
+    return FakeClock(CLOCK_AT, epoch_ms=NOW_MS - round(CLOCK_AT * 1000))
 
 
 def key(name: str) -> bytes:
@@ -126,12 +133,13 @@ def test_a_lying_index_cannot_pass_an_entry_off_as_a_served_group() -> None:
     out = decode(data, FoldScope({"b"}))
     assert picked(out) == []  # read in full: neither x nor y is ours, and nothing is called b
     registry = {n: ResourceGroup(n, publish_msgs=100.0) for n in ("b", "x", "y")}
-    node = ClusterNode(NodeConfig("me", unserved_groups_held=0), 1, lambda: 100.0, lambda _now: NOW_MS,
-                       lambda: registry)
-    node.limiter.acquire(registry["b"], "publish", 1, 1, "b/ns", now=100.0)
-    assert node.receive(data, {}, 100.0).accepted
+    node = ClusterNode(NodeConfig("me"), 1, node_clock(), lambda: registry)
+    node.limiter.acquire(registry["b"], "publish", 1, 1, "b/ns", now=CLOCK_AT)
+    assert node.receive(data, {}, CLOCK_AT).accepted
     assert "peer" not in node.usage_map.groups.get("b", {})
-    assert set(node.usage_map.groups) <= {"b"}
+    # The node folds every entry, each under the name it carries, whatever the index says.
+    assert {g: {d: e.usage.publish.admitted_messages for d, e in entries.items()}
+            for g, entries in node.usage_map.groups.items()} == {"x": {"peer": 999.0}, "y": {"peer": 5.0}}
 
 
 def test_a_lying_index_over_a_repeated_name_is_read_in_full_and_rejected() -> None:
@@ -191,23 +199,23 @@ def test_a_node_folds_indexed_reports_like_full_ones() -> None:
     registry = {n: ResourceGroup(n, publish_msgs=100.0) for n in names}
 
     def node() -> ClusterNode:
-        n = ClusterNode(NodeConfig("me", unserved_groups_held=4), 1, lambda: 100.0, lambda _now: NOW_MS,
-                        lambda: registry)
+        n = ClusterNode(NodeConfig("me"), 1, node_clock(), lambda: registry)
         for name in names[::5]:
-            n.limiter.acquire(registry[name], "publish", 1, 1, f"{name}/ns", now=100.0)
+            n.limiter.acquire(registry[name], "publish", 1, 1, f"{name}/ns", now=CLOCK_AT)
         return n
 
     indexed, plain = node(), node()
     for seq in (1, 2):
         r = report(names if seq == 1 else names[::3], sequence=seq)
-        assert indexed.receive(serialize_report(r), {}, 100.0 + seq).accepted
-        assert plain.receive(r.SerializeToString(), {}, 100.0 + seq).accepted
+        assert indexed.receive(serialize_report(r), {}, CLOCK_AT + seq / 10).accepted
+        assert plain.receive(r.SerializeToString(), {}, CLOCK_AT + seq / 10).accepted
 
     def view(n: ClusterNode) -> dict:
         return {g: {d: e.usage for d, e in entries.items()} for g, entries in n.usage_map.groups.items()}
 
     assert view(indexed) == view(plain)
-    assert len(view(indexed)) == len(names[::5]) + 4
+    # Both reports are whole states (base 0): the second's groups replace the first's.
+    assert sorted(view(indexed)) == sorted(names[::3]) and len(names[::3]) == 14
 
 
 def test_the_cap_needs_no_walk_unless_the_tag_byte_is_dense(monkeypatch) -> None:
@@ -257,29 +265,40 @@ def test_our_own_report_comes_back_with_its_header_alone() -> None:
     assert exc.value.reason == "spoofed_self"
 
 
-def test_the_member_count_the_complete_flag_and_whom_it_heard_survive_every_decode_path() -> None:
-    r = report(["a", "b", "c"])
-    r.members, r.complete = 7, True
-    r.heard.extend([3, 4_000_000_000])
-    data = serialize_report(r)
-    header = lambda x: (x.members, x.complete, list(x.heard))  # noqa: E731
-    want = (7, True, [3, 4_000_000_000])
+def test_the_member_count_the_acknowledgements_and_the_lease_survive_every_decode_path() -> None:
+    def stamped(r: UsageReport) -> UsageReport:
+        r.sequence, r.base = 9, 4
+        r.members, r.complete, r.lease_ms, r.ack_wanted = 7, True, 3000, True
+        r.heard.extend([3, 4_000_000_000])
+        r.ack_members.extend([3, 4_000_000_000])
+        r.ack_sequences.extend([12, 2**40])
+        return r
+
+    def header(x: UsageReport) -> tuple:
+        return (x.sequence, x.base, x.members, x.complete, list(x.heard), list(x.ack_members),
+                list(x.ack_sequences), x.lease_ms, x.ack_wanted)
+
+    want = (9, 4, 7, True, [3, 4_000_000_000], [3, 4_000_000_000], [12, 2**40], 3000, True)
+    data = serialize_report(stamped(report(["a", "b", "c"])))
     assert header(decode(data, FoldScope({"a", "b", "c"}))) == want  # every entry folded
     assert header(decode(data, FoldScope({"b"}))) == want  # picked through the index
-    plain = report(["a", "b", "c"])
-    plain.members, plain.complete = 7, True  # no index (an older sender): parsed whole, then filtered
-    plain.heard.extend([3, 4_000_000_000])
+    plain = stamped(report(["a", "b", "c"]))  # no index (an older sender): parsed whole, then filtered
     assert header(decode(plain.SerializeToString(), FoldScope({"b"}))) == want
     assert header(decode_report(data, NOW_MS, "me", 1)) == want  # no scope
     assert header(decode_report(data, NOW_MS, "me", 1, keep=lambda names: {"b"})) == want  # filtered copy
 
 
-def test_a_report_that_says_it_heard_more_members_than_a_map_holds_is_rejected() -> None:
-    from rgd.cluster.map_keeper import MAX_MEMBERS
-
+def test_a_report_that_acknowledges_more_members_than_a_map_holds_is_rejected() -> None:
     r = report(["a"])
-    r.heard.extend(range(MAX_MEMBERS + 1))
+    r.ack_members.extend(range(MAX_MEMBERS + 1))
+    r.ack_sequences.extend([1] * (MAX_MEMBERS + 1))
     for scope in (FoldScope({"a"}), None):
         with pytest.raises(Rejected) as exc:
             decode_report(serialize_report(r), NOW_MS, "me", 1, scope=scope)
-        assert exc.value.reason == "malformed" and "heard names 1025 members" in str(exc.value)
+        assert exc.value.reason == "malformed" and "acknowledges 1025 members" in str(exc.value)
+    r = report(["a"])
+    r.ack_members.extend([1, 2])
+    r.ack_sequences.extend([3])
+    with pytest.raises(Rejected) as exc:
+        decode_report(serialize_report(r), NOW_MS, "me", 1)
+    assert exc.value.reason == "malformed" and "differ in length" in str(exc.value)

@@ -18,7 +18,7 @@ from rgd.cluster.report_builder import MAX_REPORT_BYTES, split_points
 from rgd.cluster.report_codec import serialize_report
 from rgd.config.groups import ResourceGroup
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
-from tests.support.fake_clock import FakeClock, wall_ms
+from tests.support.fake_clock import FakeClock
 
 
 def big_report(groups: int, name_len: int = 200) -> UsageReport:
@@ -65,7 +65,12 @@ GROUPS = {f"group-{i:03d}": ResourceGroup(f"group-{i:03d}", publish_msgs=1000) f
 
 
 def busy_node(clock: FakeClock, node_id: str) -> ClusterNode:
-    n = ClusterNode(NodeConfig(node_id), 1, clock, wall_ms, lambda: GROUPS)
+    """A node with traffic in every group: the buckets made, seen by a react (a window starts
+    where the node first sees a bucket), then asks in every group."""
+    n = ClusterNode(NodeConfig(node_id), 1, clock, lambda: GROUPS)
+    for name, group in GROUPS.items():
+        n.limiter.acquire(group, "publish", 1, 100, f"t-{name}/ns")
+    n.react(clock.t)
     for name, group in GROUPS.items():
         n.limiter.acquire(group, "publish", 5, 500, f"t-{name}/ns")
     return n
@@ -74,12 +79,14 @@ def busy_node(clock: FakeClock, node_id: str) -> ClusterNode:
 def test_a_node_splits_its_tick_report_and_numbers_the_parts_in_order(monkeypatch) -> None:
     monkeypatch.setattr(rgd.cluster.node, "MAX_REPORT_BYTES", 1_500)
     clock = FakeClock()
-    a, b = busy_node(clock, "a"), ClusterNode(NodeConfig("b"), 1, clock, wall_ms, lambda: GROUPS)
+    a, b = busy_node(clock, "a"), ClusterNode(NodeConfig("b"), 1, clock, lambda: GROUPS)
     clock.t += 1.0
     out = a.tick_report(clock.t)
-    parts = [out.report, *a.take_continuations(out.report)]
-    assert len(parts) > 2 and a.continuations == {}
-    assert [p.sequence for p in parts] == list(range(1, len(parts) + 1)) == list(range(1, a.sequence + 1))
+    parts = out.parts
+    assert len(parts) > 2 and parts[0] is out.report
+    assert [p.sequence for p in parts] == list(range(1, len(parts) + 1)) == list(range(1, a.own.sequence + 1))
+    # Each continuation applies on top of the part before it.
+    assert [p.base for p in parts[1:]] == [p.sequence for p in parts[:-1]]
     assert all(len(serialize_report(p)) <= 1_500 for p in parts)
     assert sorted(g.group for p in parts for g in p.groups) == sorted(GROUPS)
     for p in parts:
@@ -92,8 +99,9 @@ def test_a_node_splits_its_tick_report_and_numbers_the_parts_in_order(monkeypatc
     clock.t += 1.0
     nxt = a.tick_report(clock.t)
     assert nxt.report.sequence == parts[-1].sequence + 1
-    # Not published (no broker): every number is given back, and nothing waits to go out.
-    a.not_published(nxt)
-    assert a.sequence == parts[-1].sequence and a.continuations == {}
+    # Not published (no broker): every number is given back.
+    a.unsent(nxt.parts)
+    assert a.own.sequence == parts[-1].sequence
+    assert [s for s, _, _ in a.own.sent] == [p.sequence for p in parts]
 
 

@@ -1,0 +1,331 @@
+"""The cluster protocol's mechanisms (docs/design/protocol.md), each on its own, on a fake clock.
+
+Expected values are literals or worked by hand in the comments; nothing here asks the code
+under test what the answer should be.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from rgd.cluster.clock import WallClock
+from rgd.cluster.node import REJECT_OWN, ClusterNode, NodeConfig
+from rgd.cluster.own_reports import OwnReports
+from rgd.cluster.report_codec import serialize_report
+from rgd.cluster.usage_map import REJECT_REPLAY, UsageMap, member_tag
+from rgd.config.groups import ResourceGroup
+from rgd.quota.model import KindRates, PeerUsage
+from rgd.wire.usage_report_pb2 import UsageReport
+
+EPOCH = 1_767_225_600.0
+
+
+class FakeClock:
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def wall_ms(self, at: float) -> int:
+        return int(round((EPOCH + at) * 1000))
+
+
+def usage(demand: float) -> PeerUsage:
+    return PeerUsage(KindRates(admitted_messages=demand))
+
+
+# -- own reports: the acknowledged minimum and the lease --------------------------------------
+
+
+def test_own_demand_counts_as_the_smallest_state_a_peer_may_hold() -> None:
+    own = OwnReports()
+    own.record(1, 0.0, 3.0, {"g": usage(50)})
+    own.record(2, 1.0, 3.0, {"g": usage(20)})
+    own.record(3, 2.0, 3.0, {})  # g not named: still 20 as of 3
+    own.record(4, 3.0, 3.0, {"g": usage(90)})
+    held = own.as_held("g", 1)  # a peer that acknowledged 1 holds 50, 20 or 90
+    assert held is not None and held.publish.admitted_messages == 20
+    held = own.as_held("g", 3)  # ... that acknowledged 3 holds 20 or 90
+    assert held is not None and held.publish.admitted_messages == 20
+    held = own.as_held("g", 4)
+    assert held is not None and held.publish.admitted_messages == 90
+    assert own.as_held("g", 0) is None  # a peer that acknowledged nothing may hold us idle
+    own.record(5, 4.0, 3.0, {"g": None})  # went idle
+    assert own.as_held("g", 4) is None
+
+
+def test_the_lease_ends_the_lease_after_the_oldest_acknowledged_send() -> None:
+    own = OwnReports()
+    own.record(1, 10.0, 3.0, {})
+    own.record(2, 11.0, 5.0, {})
+    own.record(3, 12.0, 2.0, {})  # a shorter lease announced later counts: peers evict by the newest
+    assert own.lease_end([2, 3]) == 11.0 + 2.0  # oldest acknowledged: 2, sent at 11; shortest since: 2
+    assert own.lease_end([3]) == 12.0 + 2.0
+    assert own.lease_end([0, 3]) == -math.inf  # a member that acknowledged nothing may not know us
+    assert own.lease_end([]) == math.inf
+
+
+# -- the usage map: versioned state -------------------------------------------------------------
+
+
+def report(sender: str, seq: int, base: int, groups: dict[str, float], *, incarnation: int = 7,
+           acks: dict[str, int] | None = None, leaving: bool = False) -> UsageReport:
+    r = UsageReport(daemon_id=sender, sequence=seq, base=base, incarnation=incarnation, tick_ms=1000,
+                    leaving=leaving, lease_ms=3000)
+    for name, demand in groups.items():
+        g = r.groups.add(group=name)
+        g.publish.admitted_messages = int(demand)
+        g.publish.limit_messages = -1
+    for tag_of, seq_acked in (acks or {}).items():
+        r.ack_members.append(member_tag(tag_of, 1))
+        r.ack_sequences.append(seq_acked)
+    return r
+
+
+def test_a_report_applies_on_top_of_a_state_we_hold_and_a_gap_keeps_what_we_hold_whole() -> None:
+    m = UsageMap()
+    assert m.fold(report("p", 1, 0, {"g": 10, "h": 5}), 0.0, 0).accepted
+    assert m.members["p"].held == 1 and m.members["p"].in_sync
+    m.fold(report("p", 2, 1, {"g": 30}), 1.0, 0)  # on top of 1: h stays 5
+    assert m.groups["g"]["p"].usage.publish.admitted_messages == 30
+    assert m.groups["h"]["p"].usage.publish.admitted_messages == 5
+    assert m.members["p"].held == 2
+    result = m.fold(report("p", 4, 3, {"g": 40}), 2.0, 0)  # 3 lost: we do not hold 3
+    assert result.accepted and result.lost == 1
+    assert m.groups["g"]["p"].usage.publish.admitted_messages == 40  # a figure it did report
+    assert m.members["p"].held == 2  # but we acknowledge only a state we hold whole
+
+
+def test_a_whole_state_report_drops_what_it_does_not_name() -> None:
+    m = UsageMap()
+    m.fold(report("p", 1, 0, {"g": 10, "h": 5}), 0.0, 0)
+    m.fold(report("p", 2, 0, {"g": 12}), 1.0, 0)
+    assert "h" not in m.groups and m.members["p"].groups == {"g"}
+
+
+def test_a_report_before_the_whole_state_leaves_the_sender_out_of_sync() -> None:
+    m = UsageMap()
+    m.fold(report("p", 5, 4, {"g": 10}), 0.0, 0)  # we never held p's state
+    assert not m.members["p"].in_sync
+    m.fold(report("p", 6, 0, {"g": 10}), 1.0, 0)
+    assert m.members["p"].in_sync and m.members["p"].held == 6
+
+
+def test_acknowledgements_of_us_are_read_from_every_report() -> None:
+    m = UsageMap()
+    ours = member_tag("me", 1)
+    m.fold(report("p", 1, 0, {}, acks={"me": 4, "other": 9}), 0.0, ours)
+    assert m.members["p"].acked_us == 4
+    m.fold(report("p", 2, 9, {}, acks={"me": 3}), 1.0, ours)  # never goes back while it holds us
+    assert m.members["p"].acked_us == 4
+    m.fold(report("p", 3, 9, {}, acks={"other": 9}), 2.0, ours)  # it no longer holds us (it evicted us)
+    assert m.members["p"].acked_us == 0
+
+
+def test_a_departed_members_old_reports_are_replays_its_new_ones_are_not() -> None:
+    m = UsageMap(replay_window=600.0)  # signed reports: a departed member's are remembered
+    m.fold(report("p", 1, 0, {"g": 10}), 0.0, 0)
+    m.fold(report("p", 2, 1, {}, leaving=True), 1.0, 0)
+    assert "p" not in m.members
+    assert m.fold(report("p", 1, 0, {"g": 10}), 2.0, 0).reason == REJECT_REPLAY
+    assert m.fold(report("p", 2, 1, {"g": 10}), 2.0, 0).reason == REJECT_REPLAY
+    assert m.fold(report("p", 1, 0, {"g": 10}, incarnation=8), 2.0, 0).accepted  # a restart
+
+
+# -- nodes on a topic ---------------------------------------------------------------------------
+
+QUOTA = ResourceGroup("g", publish_msgs=100.0)
+TICK = 1.0
+REACT = 0.1
+
+
+class Topic:
+    """Every published report reaches every node (the sender too) `delay` steps later (at the
+    next step with 0), except to and from nodes cut off."""
+
+    def __init__(self, clock: FakeClock, ids: list[str], groups: dict[str, ResourceGroup], delay: int = 2) -> None:
+        self.clock = clock
+        self.groups = groups
+        self.nodes = {i: ClusterNode(NodeConfig(i, TICK, react_seconds=REACT), 1, clock, lambda: self.groups)
+                      for i in ids}
+        self.cut: set[str] = set()
+        self.muted: set[str] = set()  # their reports reach themselves only
+        self.delay = delay
+        self.steps = 0
+        self.queue: list[tuple[int, str, bytes]] = []
+
+    def publish(self, sender: str, parts: list[UsageReport]) -> None:
+        if sender not in self.cut:
+            self.queue += [(self.steps + self.delay, sender, serialize_report(p)) for p in parts]
+
+    def deliver(self) -> None:
+        due = [(s, d) for at, s, d in self.queue if at <= self.steps]
+        self.queue = [q for q in self.queue if q[0] > self.steps]
+        now = self.clock.now()
+        for sender, data in due:
+            for i, node in self.nodes.items():
+                if i not in self.cut and (sender not in self.muted or i == sender):
+                    node.receive(data, None, now)
+
+    def ask(self, who: str, n: int) -> int:
+        """n asks of one message at `who` now; how many were allowed."""
+        limiter = self.nodes[who].limiter
+        return sum(limiter.acquire(QUOTA, "publish", 1, 100, "t/ns").allowed for _ in range(n))
+
+    def step(self, ticking: bool) -> None:
+        """One react interval: deliver, then every node reacts (and ticks, on a whole tick)."""
+        self.steps += 1
+        self.deliver()
+        now = self.clock.now()
+        for i, node in self.nodes.items():
+            node.all_dirty = True  # limits recomputed at every step, as when other groups' reports come in
+            if ticking:
+                self.publish(i, node.tick_report(now).parts)
+                node.upkeep(now)
+            node.recompute_changed(now)
+            self.publish(i, node.react(now))
+
+    def run(self, seconds: float, load: dict[str, float] | None = None,
+            check: object = None) -> None:
+        steps = int(round(seconds / REACT))
+        for _ in range(steps):
+            self.clock.t = round(self.clock.t + REACT, 9)
+            ticking = abs(self.clock.t / TICK - round(self.clock.t / TICK)) < 1e-9
+            for who, rate in (load or {}).items():
+                self.ask(who, int(rate * REACT))
+            self.step(ticking)
+            if callable(check):
+                check()
+
+    def limits(self) -> dict[str, float]:
+        return {i: n.limiter.limit_in_force(QUOTA, "publish")[0] for i, n in self.nodes.items()}
+
+
+def started(ids: list[str]) -> Topic:
+    clock = FakeClock(0.0)
+    topic = Topic(clock, ids, {"g": QUOTA})
+    for i, node in topic.nodes.items():
+        node.limiter.state(QUOTA, "publish")  # brokers asked for the group: the node serves it
+        topic.publish(i, node.hello_report(0.0))
+    topic.run(3.0)
+    return topic
+
+
+def test_a_lone_node_takes_the_whole_quota_once_it_has_listened_a_tick() -> None:
+    topic = started(["a"])
+    assert topic.nodes["a"].lease_valid(topic.clock.now())
+    assert topic.limits() == {"a": 100.0}  # nobody has demand: quota / 1
+
+
+def test_nodes_that_hold_each_other_split_an_idle_group_evenly() -> None:
+    topic = started(["a", "b"])
+    assert topic.limits() == pytest.approx({"a": 50.0, "b": 50.0})
+
+
+def test_a_rise_is_ours_only_once_every_peer_acknowledged_it_and_never_over_the_quota() -> None:
+    topic = started(["a", "b"])
+    topic.run(3.0, {"a": 20, "b": 20})
+    # b's demand rises to 90: b may count it only once a acknowledged it, so at every instant
+    # the two limits sum to at most the quota.
+    sums: list[float] = []
+    topic.run(4.0, {"a": 20, "b": 90}, check=lambda: sums.append(sum(topic.limits().values())))
+    assert max(sums) <= 100.0 + 1e-6
+    limits = topic.limits()
+    assert limits["b"] > 70.0 and limits["a"] < 30.0  # 80 / 20 give or take headroom
+
+
+def test_a_fall_lowers_our_limit_before_the_report_that_says_so_goes_out() -> None:
+    topic = started(["a", "b"])
+    topic.run(3.0, {"a": 80, "b": 80})
+    before = topic.limits()["a"]
+    assert before == pytest.approx(50.0, abs=1.0)
+    node = topic.nodes["a"]
+    for _ in range(3):  # a's demand falls to 10 over a third of a tick
+        topic.clock.t = round(topic.clock.t + REACT, 9)
+        topic.ask("a", 1)
+    parts = node.react(topic.clock.now())  # no rise: nothing early ...
+    assert parts == []
+    out = node.tick_report(topic.clock.now())  # ... the tick report says the fall
+    assert out.parts and topic.limits()["a"] < before  # lowered as the report was built
+
+
+def test_a_node_cut_off_the_topic_stops_admitting_before_its_peers_take_its_share() -> None:
+    topic = started(["a", "b", "c"])
+    topic.run(3.0, {"a": 60, "b": 60, "c": 60})
+    assert topic.limits() == pytest.approx({"a": 33.3, "b": 33.3, "c": 33.3}, abs=1.0)
+    topic.cut.add("c")
+    cut_at = topic.clock.now()
+    worst = [0.0]
+    c_zero_at: list[float] = []
+    evicted_at: list[float] = []
+
+    def check() -> None:
+        lim = topic.limits()
+        worst[0] = max(worst[0], sum(lim.values()))
+        if lim["c"] == 0.0 and not c_zero_at:
+            c_zero_at.append(topic.clock.now())
+        if "c" not in topic.nodes["a"].usage_map.members and not evicted_at:
+            evicted_at.append(topic.clock.now())
+
+    topic.run(8.0, {"a": 60, "b": 60, "c": 60}, check=check)
+    assert worst[0] <= 100.0 + 1e-6
+    assert c_zero_at and c_zero_at[0] <= cut_at + 3.0  # within its lease (3 s) of the cut
+    assert evicted_at and evicted_at[0] > c_zero_at[0]  # peers take its share only after that
+    assert not topic.nodes["c"].lease_valid(topic.clock.now())
+    assert topic.limits()["a"] == pytest.approx(50.0, abs=1.0)
+
+
+def test_a_node_its_peers_no_longer_hear_stops_admitting_before_they_take_its_share() -> None:
+    """Unlike a cut, it still hears the topic (and itself): only the missing acknowledgements
+    of its peers can tell it that they will evict it."""
+    topic = started(["a", "b", "c"])
+    topic.run(3.0, {"a": 60, "b": 60, "c": 60})
+    topic.muted.add("c")
+    worst = [0.0]
+    topic.run(8.0, {"a": 60, "b": 60, "c": 60},
+              check=lambda: worst.__setitem__(0, max(worst[0], sum(topic.limits().values()))))
+    assert worst[0] <= 100.0 + 1e-6
+    assert "c" not in topic.nodes["a"].usage_map.members
+    assert topic.limits()["c"] == 0.0 and topic.limits()["a"] == pytest.approx(50.0, abs=1.0)
+
+
+def test_a_healed_node_takes_its_share_again_once_its_peers_acknowledge_it() -> None:
+    topic = started(["a", "b", "c"])
+    topic.cut.add("c")
+    topic.run(6.0, {"a": 60, "b": 60, "c": 60})
+    topic.cut.discard("c")
+    sums: list[float] = []
+    topic.run(4.0, {"a": 60, "b": 60, "c": 60}, check=lambda: sums.append(sum(topic.limits().values())))
+    assert max(sums) <= 100.0 + 1e-6
+    assert topic.limits() == pytest.approx({"a": 33.3, "b": 33.3, "c": 33.3}, abs=1.0)
+
+
+# -- the clock ------------------------------------------------------------------------------------
+
+
+def test_reports_carry_the_wall_time_of_the_instant_they_were_built_for() -> None:
+    clock = FakeClock(100.0)
+    node = ClusterNode(NodeConfig("a"), 1, clock, lambda: {"g": QUOTA})
+    out = node.tick_report(40.0)  # built for t = 40 while the clock reads 100
+    # A wall clock that ignored its argument (the daemon's before) would stamp t = 100.
+    assert out.parts[0].publish_time_ms == int((EPOCH + 40.0) * 1000)
+
+
+def test_the_daemons_wall_clock_maps_a_past_instant_to_the_wall_time_then() -> None:
+    clock = WallClock()
+    then = clock.now() - 5.0
+    assert abs(clock.wall_ms(then) - (time.time() - 5.0) * 1000) < 50
+
+
+def test_our_own_report_back_from_the_topic_is_not_a_member() -> None:
+    clock = FakeClock(0.0)
+    node = ClusterNode(NodeConfig("a"), 1, clock, lambda: {"g": QUOTA})
+    data = serialize_report(node.hello_report(0.0)[0])
+    clock.t = 0.1
+    assert node.receive(data, None, 0.1).reason == REJECT_OWN
+    assert node.usage_map.members == {}
+    assert node.echoed == 1
