@@ -4,10 +4,10 @@
                                               [--trace] [--gc] [--gc-pacing]
 
 Drives the real receive path (ClusterNode.receive: decode_report, check_plausible, the
-keeper's fold), the tick (tick_report) and the calculator (recompute) of one ClusterNode
+usage map's fold), the tick (tick_report, upkeep) and the calculator (recompute_changed) of one ClusterNode
 serving bench/scale_probe.py's 5 000 groups, with the probe's own payloads: 99 peers'
 reports, every group in the first round, then a random 36 % each round; between ticks the
-reacts (early report, recompute of what changed; `--reacts`, 19 as the daemon's) with the
+reacts (recompute of what changed, a report of a rise; `--reacts`, 19 as the daemon's) with the
 brokers' usage of every group recorded once a round, as the probe feeds it. Prints per round
 the CPU milliseconds of each phase (process time: other processes on a shared machine
 stretch wall time, not this) and with --trace the traced memory (usage map and all); with --profile, the
@@ -37,6 +37,7 @@ from scale_probe import Peer, _entry, layout
 
 from rgd.cluster.node import ClusterNode, NodeConfig
 from rgd.config.groups import ResourceGroup
+from rgd.wire.usage_report_pb2 import UsageReport
 
 try:
     from rgd.cluster.report_codec import group_key_bytes
@@ -65,12 +66,26 @@ class GcPauses:
                          f"longest {1000 * max(p, default=0.0):.1f} ms" for g, p in self.pauses.items())
 
 
+class BenchClock:
+    """The node's clock (rgd.cluster.node.Clock) on a time the bench moves: `cell[0]` is now,
+    and wall time goes with it as rgd.cluster.clock.WallClock's does (one offset)."""
+
+    def __init__(self, cell: list[float]) -> None:
+        self.cell = cell
+        self.offset = time.time() - time.monotonic()
+
+    def now(self) -> float:
+        return self.cell[0]
+
+    def wall_ms(self, at: float) -> int:
+        return int(round((self.offset + at) * 1000))
+
+
 def build(peers_n: int, per_daemon: int) -> tuple[ClusterNode, list[Peer], list[float]]:
     own, peer_groups = layout(peers_n, per_daemon)
     registry = {group_name(g): ResourceGroup(group_name(g), publish_msgs=10_000.0) for g in own}
     clock = [time.monotonic()]
-    node = ClusterNode(NodeConfig("focus"), 1, lambda: clock[0], lambda _now: int(time.time() * 1000),
-                       lambda: registry)
+    node = ClusterNode(NodeConfig("focus"), 1, BenchClock(clock), lambda: registry)
     for g in own:
         node.limiter.acquire(registry[group_name(g)], "publish", 1, 1000, namespace_name(g), now=clock[0])
     entries = {i: [[_entry(g, random.Random(f"peer:{i}:{v}:{g}")) for g in groups] for v in range(2)]
@@ -117,12 +132,21 @@ def main(argv: list[str] | None = None) -> int:
     usage_rng = random.Random("profile-usage")
     demand = {n: usage_rng.uniform(50, 2000) for n in names}
     step = 1.0 / (ns.reacts + 1)
+
+    def echo(parts: list[UsageReport]) -> None:
+        for part in parts:
+            node.receive(part.SerializeToString(), {}, clock[0])
     for r in range(ns.rounds):
         # Built right before each round, so their publish times are now: the measured delivery
         # delay stays small and the node settles after the first round, as a live daemon does
         # (built all in advance, the later rounds' reports looked seconds old, the node stayed
         # unsettled, and the calculator took its cheap floor-only path: not what runs live).
-        reports = [peer.report(r, 0.36, rng) for peer in peers]
+        # Each peer's report after the first is a change on top of its previous one (base), and
+        # acknowledges our latest report, as live peers do: so our lease holds and the calculator
+        # runs its real path (fields of a second serialized header merge into the first).
+        reports = [peer.report(r, 0.36, rng) + UsageReport(
+            base=peer.sequence - 1 if r else 0, ack_members=[node.tag] if node.own.sequence else [],
+            ack_sequences=[node.own.sequence] if node.own.sequence else []).SerializeToString() for peer in peers]
         if pauses is not None:
             pauses.on = r >= 2  # the settled rounds, as the phase figures below
         clock[0] += step
@@ -145,19 +169,19 @@ def main(argv: list[str] | None = None) -> int:
                 if prof and r >= ns.profile_from:
                     prof.enable()
             started = time.process_time()
-            if hasattr(node, "early_report"):  # what a react does besides folding: early report, recompute
-                node.early_report(clock[0])
-                node.recompute_changed(clock[0])
+            node.recompute_changed(clock[0])  # what a react does besides folding: recompute, report a rise
+            sent = node.react(clock[0])
             react_s += time.process_time() - started
+            echo(sent)
             clock[0] += step
         t2 = time.process_time()
-        node.tick_report(clock[0])
+        out = node.tick_report(clock[0])
         t3 = time.process_time()
-        if hasattr(node, "recompute_tick"):
-            node.recompute_tick(clock[0])  # what the tick recomputes (every group or what changed)
-        else:
-            node.recompute()
-        t4 = time.process_time()
+        echo(out.parts)  # our report back from the topic (untimed): the echo that keeps our lease
+        echo_s = time.process_time() - t3
+        node.upkeep(clock[0])
+        node.recompute_changed(clock[0])  # what the tick recomputes (what changed)
+        t4 = time.process_time() - echo_s
         if prof:
             prof.disable()
         if pacer is not None:  # its own collection is its step's time, not an automatic pause

@@ -475,7 +475,6 @@ class ClusterNode:
     def _risen(self, now: float) -> list[str]:
         """Groups whose demand since their last report is above the reported one by more than
         the tolerance and EARLY_MIN_MESSAGES in the window."""
-        tick = self.config.tick_seconds
         tolerance = self.config.suppression.tolerance
         out = set()
         for key, st in self.limiter.states.items():

@@ -26,8 +26,8 @@ from rgd.quota.model import IDLE, INF, KindRates, PeerUsage
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 
 __all__ = [
-    "EVICT_LEAVING", "EVICT_TTL", "MAX_DEPARTED", "MAX_MEMBERS", "REJECT_MEMBER_LIMIT", "REJECT_REPLAY", "Entry", "FoldResult", "Member", "UsageMap", "entry_usage", "group_rates",
-    "kind_rates", "member_tag",
+    "EVICT_LEAVING", "EVICT_TTL", "MAX_DEPARTED", "MAX_MEMBERS", "REJECT_MEMBER_LIMIT", "REJECT_REPLAY", "Entry",
+    "FoldResult", "Member", "UsageMap", "entry_usage", "group_rates", "kind_rates", "member_tag",
 ]
 
 EVICT_LEAVING = "leaving"

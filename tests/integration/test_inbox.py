@@ -85,7 +85,7 @@ async def receive_big_report(broker, tmp_path: Path, topics: dict[str, str], kee
 
 
 async def test_the_inbox_holds_the_vetted_report_and_not_its_bytes(broker, tmp_path, topics) -> None:
-    d, data, items = await receive_big_report(broker, tmp_path, topics, keep_payloads=False)
+    d, _data, items = await receive_big_report(broker, tmp_path, topics, keep_payloads=False)
     try:
         [item] = items
         names = [g.group for g in item.report.groups]
