@@ -112,7 +112,6 @@ class Settings:
     admin_tokens_file: str = ""  # bearer tokens for admin writes, one per line
     report_hmac_keys_file: str = ""  # "key_id:secret" lines; first signs, all verify
     report_compression: str = "zstd"  # Pulsar producer compression of usage reports: none, lz4, zlib, zstd
-    outage_grace: float = 10.0  # seconds without the broker before the safe share applies
     event_loop: str = "auto"  # auto (uvloop when installed), uvloop, asyncio
     pulsar_metrics: bool = False  # also export Pulsar's pulsar_resource_group_* metrics
     http_idle_timeout: float = 15.0  # close a connection idle this long; headers, and then the body, get as long
@@ -160,7 +159,6 @@ HELP: dict[str, str] = {
     "report_hmac_keys_file": "file of key_id:secret lines to sign and verify reports",
     "report_compression": "compression of published usage reports (Pulsar producer): none, lz4, zlib or zstd; "
                           "consumers decompress whatever they receive",
-    "outage_grace": "seconds without the broker before falling back to a safe share",
     "event_loop": "auto (uvloop when installed: about 20 % more batch decisions/s), uvloop or asyncio",
     "pulsar_metrics": ("export Pulsar's own resource-group metrics too (pulsar_resource_group_*, labels ResourceGroup, "
                        "MonitoringClass) for Pulsar dashboards"),
@@ -213,7 +211,7 @@ SETTING_GROUPS: tuple[SettingGroup, ...] = (
     SettingGroup("cluster", "who this daemon is and how the daemons agree on shares",
                  ("id", "cluster_name", "tick", "strategy", "ttl_ticks", "report_tolerance", "report_every")),
     SettingGroup("pulsar", "the broker and topics the usage reports travel on",
-                 ("pulsar_url", "data_dir", "topic", "config_topic", "report_compression", "outage_grace")),
+                 ("pulsar_url", "data_dir", "topic", "config_topic", "report_compression")),
     SettingGroup("limits", "the local token buckets brokers' asks are decided by, and whether a denial is enforced",
                  ("burst", "max_debt", "shadow")),
     SettingGroup("usage log", "the record of every report, its segments and archive",
@@ -264,6 +262,18 @@ def _bad(v: Any) -> Any:
 
 FIELDS = {f.name: f for f in fields(Settings)}
 
+# Settings a release removed, with why: a config file, an RGD_* variable or a flag that still
+# sets one is an error that says so (not the generic "unknown setting"), so an upgrade that
+# kept an old key learns what replaced it instead of guessing at a typo.
+REMOVED_SETTINGS: dict[str, str] = {
+    "outage_grace": (
+        "removed: the cluster protocol runs on acknowledgements and leases now (docs/design/protocol.md), "
+        "so there is no grace and no safe share to fall back to; a daemon cut off the topic admits nothing "
+        "from its lease's end (about --ttl-ticks ticks) until peers acknowledge it again. Delete the key "
+        "(docs/operating/upgrades.md)"
+    ),
+}
+
 
 def env_name(name: str) -> str:
     return "RGD_" + name.upper()
@@ -274,6 +284,8 @@ def merge(base: Settings, values: Mapping[str, Any], source: str) -> Settings:
     changes: dict[str, Any] = {}
     for key, raw in values.items():
         name = key.replace("-", "_")
+        if name in REMOVED_SETTINGS:
+            raise SettingsError(f"{source}: {key}: {REMOVED_SETTINGS[name]}")
         if name not in FIELDS:
             raise SettingsError(f"{source}: {key}: unknown setting (known: {', '.join(FIELDS)})")
         try:
@@ -284,7 +296,8 @@ def merge(base: Settings, values: Mapping[str, Any], source: str) -> Settings:
 
 
 def from_env(environ: Mapping[str, str]) -> dict[str, str]:
-    return {name: environ[env_name(name)] for name in FIELDS if env_name(name) in environ}
+    """The RGD_* variables set, removed settings' included (so `merge` names them)."""
+    return {name: environ[env_name(name)] for name in (*FIELDS, *REMOVED_SETTINGS) if env_name(name) in environ}
 
 
 def validate(s: Settings, source: str = "settings") -> Settings:
@@ -309,8 +322,6 @@ def validate(s: Settings, source: str = "settings") -> Settings:
         fail("report_every", "must be >= 0")
     if s.report_compression not in REPORT_COMPRESSIONS:
         fail("report_compression", f"{s.report_compression!r} is not one of {', '.join(REPORT_COMPRESSIONS)}")
-    if s.outage_grace < 0:
-        fail("outage_grace", "must be >= 0")
     if s.http_idle_timeout <= 0:
         fail("http_idle_timeout", "must be > 0 seconds")
     if s.http_max_connections < 1:
@@ -358,7 +369,7 @@ def resolve(config_daemon: Mapping[str, Any], environ: Mapping[str, str], flags:
 
 __all__ = [
     "DEFAULT_BURST_SECONDS", "DEFAULT_CONFIG_TOPIC", "DEFAULT_MEANS", "DEFAULT_TOPIC", "FIELDS", "HELP",
-    "REPORT_COMPRESSIONS", "SETTING_GROUPS", "STRATEGY_NAMES", "UNIX_PREFIX", "ListenAddress", "SettingGroup",
+    "REMOVED_SETTINGS", "REPORT_COMPRESSIONS", "SETTING_GROUPS", "STRATEGY_NAMES", "UNIX_PREFIX", "ListenAddress", "SettingGroup",
     "Settings", "SettingsError", "env_name", "from_env", "merge", "parse_listen", "resolve", "shown_default",
     "validate", "with_defaults",
 ]

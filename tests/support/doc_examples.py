@@ -53,6 +53,7 @@ TIME_KEYS = frozenset({
     "reports",  # reports received so far: one a tick
     "ticks",  # ticks since the start
     "retry_after_ms",  # when a denied ask will pass, from the bucket's level at that instant
+    "seconds_left",  # /readyz: until the lease ends, counted from the last acknowledgement
 })
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<info>.*)$")

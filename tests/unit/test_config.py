@@ -1,3 +1,8 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from rgd.config.file import ConfigError, parse_config
@@ -104,3 +109,36 @@ def test_partial_update_keeps_other_fields():
     base = ResourceGroup("g", publish_msgs=10, dispatch_msgs=20)
     g = ResourceGroup.from_admin("g", {"publishRateInMsgs": 50}, base=base)
     assert (g.publish_msgs, g.dispatch_msgs) == (50, 20)
+
+
+OLD_CONFIG = b"""
+daemon:
+  tick: 1.0
+  outage_grace: 10.0
+resourcegroups:
+  gold: {publishRateInMsgs: 100}
+"""
+
+
+def test_removed_outage_grace_is_named_with_why_from_every_source(tmp_path):
+    path = tmp_path / "rgd.yaml"
+    path.write_bytes(OLD_CONFIG)
+    doc = parse_config(OLD_CONFIG, str(path))
+    with pytest.raises(SettingsError) as exc:
+        resolve(doc.daemon, {}, {}, str(path))
+    message = str(exc.value)
+    assert message.startswith(f"{path} daemon: outage_grace: removed: ")
+    assert "unknown setting" not in message
+    assert "leases" in message and "safe share" in message and "upgrades.md" in message
+    with pytest.raises(SettingsError, match="environment: outage_grace: removed: "):
+        resolve({}, {"RGD_OUTAGE_GRACE": "10"}, {})
+    # The daemon does not start on such a file: it exits 2 with the same words.
+    rgd = Path(sys.executable).with_name("rgd")
+    proc = subprocess.run([str(rgd), "run", "--config", str(path)], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env={**os.environ, "RGD_LISTEN": "127.0.0.1:0"})
+    assert proc.returncode == 2, proc.stderr
+    assert f"rgd: {path} daemon: outage_grace: removed: " in proc.stderr
+    # --outage-grace is no flag any more.
+    proc = subprocess.run([str(rgd), "run", "--outage-grace", "10"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert proc.returncode == 2 and "--outage-grace" in proc.stderr

@@ -50,12 +50,15 @@ def test_the_reader_finds_files_commands_and_marked_blocks() -> None:
 
 def test_only_ports_hostnames_and_times_may_differ() -> None:
     host = "build-vm-7"
-    shown = '{"broker_url":"pulsar://127.0.0.1:6650","members":["my-laptop"],"ticks":5,"safe_share":false}'
-    same = '{"broker_url":"pulsar://127.0.0.1:41234","members":["build-vm-7"],"ticks":97,"safe_share":false}'
+    shown = ('{"broker_url":"pulsar://127.0.0.1:6650","members":["my-laptop"],"ticks":5,'
+             '"lease":{"valid":false,"seconds_left":2.876}}')
+    same = ('{"broker_url":"pulsar://127.0.0.1:41234","members":["build-vm-7"],"ticks":97,'
+            '"lease":{"valid":false,"seconds_left":2.859}}')
     assert compare_output(shown, same, host) == []
     assert compare_output(shown, same.replace("false", "true"), host)  # a value
     assert compare_output(shown, same.replace('"ticks":97', '"ticks":"97"'), host)  # a type
-    assert compare_output(shown, same.replace(',"safe_share":false', ""), host)  # a key
+    assert compare_output(shown, same.replace('"valid":false,', ""), host)  # a key
+    assert compare_output(shown, same.replace("2.859", '"soon"'), host)  # a time's type
     assert compare_output(shown, same.replace("build-vm-7", "other-host"), host)  # another id than ours
     assert compare_output('{"remaining_messages":40}', '{"remaining_messages":41}', host)
     assert compare_output("worst tick 1.3% over; 2 ms", "worst tick 1.3% over; 4 ms", host) == []
