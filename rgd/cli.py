@@ -103,9 +103,10 @@ and under the proposed ones (--set), and write whatif.html and whatif.json to --
 admitted, throttled, fairness (Jain's index) and overshoot per group, now vs proposed.
 
 Each daemon's offered load (admitted + throttled) per group and second is rebuilt
-from the tick reports it logged; a group a daemon left out of a report (PIP-82
-suppression: its figures moved less than the tolerance) counts as unchanged since
-its last report. FIELD is a Pulsar ResourceGroup rate field: publishRateInMsgs,
+from the tick accounting frames it logged (exact counts), or, in logs of an rgd
+without them, from its tick reports, where a group a daemon left out of a report
+(PIP-82 suppression: its figures moved less than the tolerance) counts as unchanged
+since its last report. FIELD is a Pulsar ResourceGroup rate field: publishRateInMsgs,
 publishRateInBytes, dispatchRateInMsgs, dispatchRateInBytes,
 replicationDispatchRateInMsgs, replicationDispatchRateInBytes. Exit code 2 on bad
 input (no logs, an unknown group or field, a value that is not a number) or when

@@ -58,7 +58,8 @@ def run_whatif(logs: str, out_dir: str, sets: Sequence[str], strategy: str = "rg
     doc: dict[str, Any] = {
         "source": logs, "strategy": strategy, "changes": [str(c) for c in rep.changes],
         "start_ms": load.start_ms, "seconds": load.seconds, "daemons": load.daemons,
-        "reports": stats.reports, "segments": stats.segments, "suppressed_entries_filled": load.suppressed_entries,
+        "reports": stats.reports, "accounting_frames": stats.accounting_frames, "segments": stats.segments,
+        "suppressed_entries_filled": load.suppressed_entries,
         "groups": {f"{g}/{k}": {"logged": rep.logged[(g, k)].to_json(), "now": rep.now[(g, k)].to_json(),
                                 "proposed": rep.proposed[(g, k)].to_json(),
                                 "replay_error": replay_error(rep.logged[(g, k)], rep.now[(g, k)])}

@@ -1,16 +1,22 @@
 """What the usage logs say each daemon counted, tick by tick (the input of `rgd whatif`).
 
-Today's logs hold the reports each daemon published (and receipts, which carry no
-counts). A tick report's group entry counts that group's admitted and throttled
-messages and bytes over the tick (`tick_ms`); restatements (early reports, the
-tick's restatement of early-reported groups, announcements to a new member) repeat
+A log written by an rgd with tick accounting (docs/tick-accounting.md) holds an
+ACCOUNTING frame for every collect of the limiter: every group and kind it knows, with
+exactly what it admitted and throttled since the previous one, whether the tick's
+report was then published, suppressed, split or lost. Those frames are the counts; the
+published reports of such a log are marked `accounted` and are not read again (their
+counts are in the frames).
+
+A log of an older rgd has only the reports each daemon published (and receipts, which
+carry no counts). A tick report's group entry counts that group's admitted and
+throttled messages and bytes over the tick (`tick_ms`); restatements (early reports,
+the tick's restatement of early-reported groups, announcements to a new member) repeat
 counts already logged and are left out, as the fairness report leaves them out.
 PIP-82 suppression (rgd/cluster/suppression.py) leaves a group out of a tick report
 when none of its figures moved by more than the tolerance since it was last sent:
-that tick's counts never reach the log, and `rgd.whatif.offered` fills them in.
+that tick's counts never reach such a log, and `rgd.whatif.offered` fills them in.
 
-`tick_counts` is the one place that turns a logged frame into counts: when the log
-gains a frame with each tick's complete counts, it is the function to switch.
+`tick_counts` is the one place that turns a logged frame into counts.
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ class KindCounts:
 
 @dataclass(frozen=True, slots=True)
 class TickCounts:
-    """One daemon's counts for one tick: the groups its report carried (suppressed ones are absent)."""
+    """One daemon's counts for one tick: the groups its report carried (suppressed ones are absent), or,
+    `accounted`, every group and kind its limiter knew (an ACCOUNTING frame: nothing is absent)."""
 
     daemon: str
     incarnation: int
@@ -56,6 +63,7 @@ class TickCounts:
     tick_ms: int
     leaving: bool
     groups: dict[str, dict[str, KindCounts]] = field(default_factory=dict)  # group -> kind -> counts
+    accounted: bool = False  # from an ACCOUNTING frame: exact, complete counts (no suppression to fill)
 
     @property
     def start_ms(self) -> int:
@@ -63,15 +71,20 @@ class TickCounts:
 
 
 def tick_counts(meta: LogEntryMetadata, payload: bytes) -> TickCounts | None:
-    """The counts of one logged frame, or None if it adds none (a receipt, a restatement, a payload
-    that does not parse). Kinds absent from an entry are idle and unlimited (see usage_report.proto)."""
-    if meta.kind != LogEntryMetadata.PUBLISHED:
+    """The counts of one logged frame, or None if it adds none: a receipt, a restatement, a published
+    report whose counts are in the log's ACCOUNTING frames (`accounted`), a payload that does not
+    parse. Kinds absent from an entry are idle and unlimited (see usage_report.proto).
+
+    An ACCOUNTING frame's span ends at its collect (`publish_time_ms`); the final frame of a
+    clean stop ends its incarnation as a leaving report does."""
+    accounting = meta.kind == LogEntryMetadata.ACCOUNTING
+    if not accounting and (meta.kind != LogEntryMetadata.PUBLISHED or meta.accounted):
         return None
     try:
         report = UsageReport.FromString(payload)
     except Exception:  # a damaged payload: the frame's CRC held, the bytes are not a report
         return None
-    if report.restatement:
+    if report.restatement and not accounting:
         return None
     groups: dict[str, dict[str, KindCounts]] = {}
     for entry in report.groups:
@@ -83,14 +96,16 @@ def tick_counts(meta: LogEntryMetadata, payload: bytes) -> TickCounts | None:
             kinds[kind] = KindCounts(k.admitted_messages, k.admitted_bytes, k.throttled_messages,
                                      k.throttled_bytes, k.quota_messages, k.quota_bytes)
     return TickCounts(report.daemon_id, report.incarnation, report.sequence, report.publish_time_ms,
-                      report.tick_ms or DEFAULT_TICK_MS, report.leaving, groups)
+                      report.tick_ms or DEFAULT_TICK_MS, report.leaving or (accounting and meta.final), groups,
+                      accounting)
 
 
 @dataclass(slots=True)
 class ReadStats:
     segments: int = 0
     frames: int = 0
-    reports: int = 0  # tick reports read (duplicates across copies of a segment counted once)
+    reports: int = 0  # tick reports and accounting frames read (duplicates across copies of a segment counted once)
+    accounting_frames: int = 0  # of them, ACCOUNTING frames (exact counts)
     duplicates: int = 0
     damaged_segments: int = 0
 
@@ -106,7 +121,7 @@ def _frames(uri: str, stats: ReadStats) -> Iterator[tuple[LogEntryMetadata, byte
 
 
 def read_ticks(path_or_uri: str) -> tuple[list[TickCounts], ReadStats]:
-    """Every tick report under a log directory, archive or fsspec URI (s3://, gs://), in publish order.
+    """Every tick report (or accounting frame) under a log directory, archive or fsspec URI (s3://, gs://), in publish order.
 
     A report found twice (a segment both in a log directory and its archive) counts once."""
     try:
@@ -116,14 +131,14 @@ def read_ticks(path_or_uri: str) -> tuple[list[TickCounts], ReadStats]:
     if not segments:
         raise LogReadError(f"{path_or_uri}: no usage log segments there (rgd's DAEMON-INDEX.seg and .open files)")
     stats = ReadStats(segments=len(segments))
-    seen: set[tuple[str, int, int]] = set()
+    seen: set[tuple[str, int, int, bool]] = set()  # accounting frames number their own sequence
     out: list[TickCounts] = []
     for uri, _ in segments:
         for meta, payload in _frames(uri, stats):
             ticks = tick_counts(meta, payload)
             if ticks is None:
                 continue
-            key = (ticks.daemon, ticks.incarnation, ticks.sequence)
+            key = (ticks.daemon, ticks.incarnation, ticks.sequence, ticks.accounted)
             if key in seen:
                 stats.duplicates += 1
                 continue
@@ -132,5 +147,6 @@ def read_ticks(path_or_uri: str) -> tuple[list[TickCounts], ReadStats]:
     if not out:
         raise LogReadError(f"{path_or_uri}: {len(segments)} segment(s) but no tick report in them")
     stats.reports = len(out)
+    stats.accounting_frames = sum(t.accounted for t in out)
     out.sort(key=lambda t: (t.end_ms, t.daemon, t.sequence))
     return out, stats

@@ -5,7 +5,10 @@ for every batch shows the daemon its whole demand; DESIGN.md section 2). Counts 
 spread over whole seconds of wall time in proportion to how much of each second the
 tick covered, so logs of any tick length replay on the simulator's 1-second ticks.
 
-A group absent from a daemon's tick report was suppressed (rgd/cluster/suppression.py):
+An ACCOUNTING frame (a log of an rgd with tick accounting) holds every group and kind the
+daemon's limiter knew, with exact counts: nothing is absent, nothing is filled in. In a
+log of an older rgd, a group absent from a daemon's tick report was suppressed
+(rgd/cluster/suppression.py):
 the daemon leaves a group out only while none of its figures moved by more than the
 tolerance since it last sent them, and reports a group that went idle at once. So an
 absent group is taken as unchanged since its last report, at that report's rates, for as
@@ -56,8 +59,9 @@ class OfferedLoad:
     reported: dict[Key, np.ndarray] = field(default_factory=dict)  # [4]: sums of the logged counts alone
     quotas: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)  # (group, kind) -> [2, seconds]; -1
     spans: dict[str, list[Span]] = field(default_factory=dict)
-    suppressed_entries: int = 0  # (daemon, tick, group, kind) filled in
+    suppressed_entries: int = 0  # (daemon, tick, group, kind) filled in (logs without tick accounting only)
     logged_entries: int = 0
+    accounted_ticks: int = 0  # ticks read from ACCOUNTING frames (exact counts)
 
     @property
     def groups(self) -> list[str]:
@@ -97,13 +101,13 @@ def _merge_parts(ticks: Sequence[TickCounts]) -> dict[str, list[TickCounts]]:
         old = by.get(key)
         if old is None:
             by[key] = TickCounts(t.daemon, t.incarnation, t.sequence, t.end_ms, t.tick_ms, t.leaving,
-                                 {g: dict(k) for g, k in t.groups.items()})
+                                 {g: dict(k) for g, k in t.groups.items()}, t.accounted)
         else:
             for g, kinds in t.groups.items():
                 old.groups.setdefault(g, {}).update(kinds)
             if t.leaving and not old.leaving:
                 by[key] = TickCounts(old.daemon, old.incarnation, old.sequence, old.end_ms, old.tick_ms, True,
-                                     old.groups)
+                                     old.groups, old.accounted)
     out: dict[str, list[TickCounts]] = {}
     for t in sorted(by.values(), key=lambda t: (t.end_ms, t.sequence)):
         out.setdefault(t.daemon, []).append(t)
@@ -146,15 +150,19 @@ def rebuild(ticks: Sequence[TickCounts]) -> OfferedLoad:
                     spans.append(Span(span_start, second(prev.end_ms - 1), prev.leaving))
                 carried.clear()
                 span_start = second(t.start_ms)  # its first tick report covers its first tick
+            load.accounted_ticks += t.accounted
             for group, kinds in t.groups.items():
                 for kind, c in kinds.items():
-                    carried[(group, kind)] = (c, t.tick_ms)
+                    if not t.accounted:  # an accounting frame's absent group admitted nothing: none carried
+                        carried[(group, kind)] = (c, t.tick_ms)
                     counts, _ = arrays((group, daemon, kind))
                     load.reported[(group, daemon, kind)] += _values(c)
                     load.logged_entries += 1
                     quota_seen.append((t.end_ms, t.start_ms, t.end_ms, group, kind, c.quota_messages, c.quota_bytes))
                     for row, v in enumerate(_values(c)):
                         _spread(counts[row], t0, t.start_ms, t.end_ms, float(v))
+            if t.accounted:
+                carried.clear()
             for (group, kind), (c, tick_ms) in list(carried.items()):
                 if group in t.groups:
                     if kind not in t.groups[group]:  # left out of a reported group: idle (and unlimited)

@@ -142,9 +142,14 @@ def render_page(rep: Replay, load: OfferedLoad, source: str) -> str:
                               "Jain index", y_min=0.0, y_max=1.0, title="Fairness per second"))
         out.append("</div>")
     out.append("<h2>How the logs were read</h2>")
+    accounted = (
+        f"{load.accounted_ticks} of the ticks came from tick accounting frames (docs/tick-accounting.md): every "
+        "group and kind a daemon's limiter knew, exactly what it admitted and throttled, whatever was published; "
+        "the published reports of those logs are not read again. ") if load.accounted_ticks else ""
     out.append(
         f"<p>{load.logged_entries} group entries of tick reports, from {len(load.daemons)} daemons; every daemon's "
-        "offered load is what it admitted plus what it throttled, second by second. Suppressed groups: a daemon "
+        f"offered load is what it admitted plus what it throttled, second by second. {esc(accounted)}"
+        "Suppressed groups (logs of an rgd without tick accounting): a daemon "
         "leaves a group out of its tick report while none of its figures moved by more than the report tolerance "
         "since it last sent them (PIP-82 suppression), and reports at once a group that went idle. So a group "
         "absent between two reports is taken as unchanged since its last report, at that report's rates, for as "

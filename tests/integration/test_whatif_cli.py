@@ -149,3 +149,66 @@ def test_logs_on_s3(logs: Path) -> None:
         assert remote.stdout.replace("remote/", "local/") == local.stdout
     finally:
         server.stop()
+
+
+def _accounting_totals(log_dir: Path) -> tuple[dict[str, int], int]:
+    """The oracle, read by hand from the segment bytes (docs: rgd/usage_log/frame.py's layout):
+    per ACCOUNTING frame its incarnation's running totals, in the metadata; the last of each
+    incarnation is what it admitted and throttled. Also how many PUBLISHED frames carry counts
+    that are already in those totals."""
+    import struct
+
+    from rgd.wire.log_entry_pb2 import LogEntryMetadata
+    from rgd.wire.usage_report_pb2 import UsageReport
+
+    last: dict[tuple[str, int], LogEntryMetadata] = {}
+    published = 0
+    for path in sorted([*log_dir.rglob("*.seg"), *log_dir.rglob("*.open")]):
+        data, at = path.read_bytes(), 0
+        while at + 8 <= len(data):
+            magic, meta_len = struct.unpack_from(">4sI", data, at)
+            assert magic == b"\xabRGL", (path, at)
+            meta = LogEntryMetadata.FromString(data[at + 8:at + 8 + meta_len])
+            (payload_len,) = struct.unpack_from(">I", data, at + 8 + meta_len)
+            payload = data[at + 12 + meta_len:at + 12 + meta_len + payload_len]
+            at += 16 + meta_len + payload_len
+            if meta.kind == LogEntryMetadata.ACCOUNTING:
+                key = (meta.daemon_id, UsageReport.FromString(payload).incarnation)
+                if key not in last or meta.cumulative_admitted_messages >= last[key].cumulative_admitted_messages:
+                    last[key] = meta
+            elif meta.kind == LogEntryMetadata.PUBLISHED:
+                assert meta.accounted  # a log with accounting frames marks its reports
+                published += any(g.HasField("publish") and g.publish.admitted_messages
+                                 for g in UsageReport.FromString(payload).groups)
+    fields = ("admitted_messages", "admitted_bytes", "throttled_messages", "throttled_bytes")
+    return {f: sum(getattr(m, f"cumulative_{f}") for m in last.values()) for f in fields}, published
+
+
+def test_a_log_with_accounting_frames_replays_exactly_their_totals(logs: Path) -> None:
+    """The simulator's logs carry ACCOUNTING frames (rgd's own log writer): the replay's input is
+    their counts, each once; the published reports beside them (which repeat some of them) add
+    nothing, and nothing is filled in for suppressed groups."""
+    from rgd.whatif.logged import read_ticks
+    from rgd.whatif.offered import ADMITTED_BYTES, ADMITTED_MESSAGES, THROTTLED_BYTES, THROTTLED_MESSAGES, rebuild
+
+    log_dir = logs / "logs" / "tenants" / "rgd"
+    expected, published_with_counts = _accounting_totals(log_dir)
+    assert expected["admitted_messages"] > 0 and expected["throttled_messages"] > 0
+    assert published_with_counts > 0  # counted twice, the totals would be off
+    ticks, stats = read_ticks(str(log_dir))
+    assert stats.accounting_frames == stats.reports > 0
+    load = rebuild(ticks)
+    assert load.suppressed_entries == 0
+    rows = {"admitted_messages": ADMITTED_MESSAGES, "admitted_bytes": ADMITTED_BYTES,
+            "throttled_messages": THROTTLED_MESSAGES, "throttled_bytes": THROTTLED_BYTES}
+    for name, row in rows.items():
+        assert int(sum(r[row] for r in load.reported.values())) == expected[name], name  # integers, exactly
+        spread = sum(load.total(g, k, row) for g in load.groups for k in load.kinds(g))
+        assert spread == pytest.approx(expected[name], rel=1e-12, abs=1e-6), name  # spread over seconds
+    # ... and what `rgd whatif` writes says so.
+    proc = rgd("whatif", "logs/tenants/rgd", "--out", "exact", cwd=logs)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((logs / "exact" / "whatif.json").read_text())
+    assert doc["accounting_frames"] == stats.accounting_frames and doc["suppressed_entries_filled"] == 0
+    logged = [g["logged"] for g in doc["groups"].values()]
+    assert sum(g["admitted_messages"] for g in logged) == pytest.approx(expected["admitted_messages"], abs=1e-6)

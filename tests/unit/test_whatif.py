@@ -60,6 +60,41 @@ def test_a_report_without_a_tick_length_covers_a_second():
     assert tick_counts(*published(r)).tick_ms == 1000
 
 
+def accounting(report: UsageReport, final: bool = False) -> tuple[LogEntryMetadata, bytes]:
+    return (LogEntryMetadata(kind=LogEntryMetadata.ACCOUNTING, daemon_id=report.daemon_id, final=final),
+            report.SerializeToString())
+
+
+def test_an_accounting_frame_gives_exact_counts_and_its_log_s_published_reports_none():
+    r = UsageReport(daemon_id="d1", sequence=3, publish_time_ms=T0, tick_ms=800, incarnation=7, complete=True)
+    r.groups.append(GroupUsage(group="g", publish=KindUsage(admitted_messages=5, admitted_bytes=50,
+                                                            throttled_messages=1, throttled_bytes=10,
+                                                            quota_messages=50, quota_bytes=-1)))
+    r.groups.append(GroupUsage(group="idle", publish=KindUsage(quota_messages=10, quota_bytes=-1)))
+    t = tick_counts(*accounting(r))
+    assert (t.daemon, t.incarnation, t.sequence, t.end_ms, t.tick_ms, t.leaving, t.accounted) == \
+        ("d1", 7, 3, T0, 800, False, True)
+    assert t.groups == {"g": {"publish": KindCounts(5, 50, 1, 10, 50.0, -1.0)},
+                        "idle": {"publish": KindCounts(0, 0, 0, 0, 10.0, -1.0)}}
+    assert tick_counts(*accounting(r, final=True)).leaving  # a clean stop ends the incarnation
+    meta, payload = published(r)
+    assert tick_counts(meta, payload).accounted is False  # an older rgd's log: its reports are the counts
+    meta.accounted = True
+    assert tick_counts(meta, payload) is None  # counted in the ACCOUNTING frames already
+
+
+def test_accounting_frames_are_never_filled_in():
+    """A group absent from an accounting frame admitted nothing that tick (the frame holds every
+    group the limiter knows): no suppression to fill, unlike a published report."""
+    acct = [TickCounts("a", 1, 1, T0 + 1000, 1000, False, {"g": {"publish": kc(80, 20)}}, True),
+            TickCounts("a", 1, 2, T0 + 2000, 1000, False, {}, True),
+            TickCounts("a", 1, 3, T0 + 3000, 1000, False, {"g": {"publish": kc(40)}}, True)]
+    load = rebuild(acct)
+    assert load.counts[("g", "a", "publish")][ADMITTED_MESSAGES].tolist() == [80, 0, 40]
+    assert load.filled[("g", "a", "publish")][ADMITTED_MESSAGES].tolist() == [0, 0, 0]
+    assert (load.suppressed_entries, load.logged_entries, load.accounted_ticks) == (0, 2, 3)
+
+
 # -- rebuild ----------------------------------------------------------------------------------
 
 
