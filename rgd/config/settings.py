@@ -369,7 +369,7 @@ def resolve(config_daemon: Mapping[str, Any], environ: Mapping[str, str], flags:
 
 __all__ = [
     "DEFAULT_BURST_SECONDS", "DEFAULT_CONFIG_TOPIC", "DEFAULT_MEANS", "DEFAULT_TOPIC", "FIELDS", "HELP",
-    "REMOVED_SETTINGS", "REPORT_COMPRESSIONS", "SETTING_GROUPS", "STRATEGY_NAMES", "UNIX_PREFIX", "ListenAddress", "SettingGroup",
-    "Settings", "SettingsError", "env_name", "from_env", "merge", "parse_listen", "resolve", "shown_default",
-    "validate", "with_defaults",
+    "REMOVED_SETTINGS", "REPORT_COMPRESSIONS", "SETTING_GROUPS", "STRATEGY_NAMES", "UNIX_PREFIX", "ListenAddress",
+    "SettingGroup", "Settings", "SettingsError", "env_name", "from_env", "merge", "parse_listen", "resolve",
+    "shown_default", "validate", "with_defaults",
 ]

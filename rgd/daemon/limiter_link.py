@@ -324,7 +324,7 @@ def initial_fraction(limits_for: Callable[[ResourceGroup], Mapping[str, tuple[fl
     """The share of its quota the node gives a group nobody has reported, read off the
     node's own calculator (`ClusterNode.limits_for`) on a group of quota 1 under a name no
     report can carry (empty: names are checked non-empty), so it follows the node's state
-    (unsettled, alone, members, safe share) without a second copy of those rules."""
+    (unsettled, alone, members, lease) without a second copy of those rules."""
     probe = ResourceGroup("", publish_msgs=1.0)
     got = limits_for(probe)["publish"][0]
     return min(1.0, max(0.0, got)) if got != INF else 1.0

@@ -620,7 +620,7 @@ class Daemon:
     def _check_broker(self, now: float) -> bool:
         """Whether the broker carries our messages now; hearing, the metric and one log line
         per change follow. A broker that stopped answering with its connection open is an
-        outage like a lost connection: last shares for the grace, then the safe share."""
+        outage like a lost connection: last shares until the lease ends, then nothing admitted."""
         reason = self.liveness.unresponsive(now) if self.session_open else None
         if reason is not None and self._unresponsive is None:
             self.metrics.broker_unresponsive.inc()

@@ -10,11 +10,10 @@ that is never acknowledged (it never comes back either) and a consumer that
 stopped receiving.
 
 What the daemon does with the answer: while the broker does not answer, it is
-an outage like a lost connection (not ready, `rgd_broker_connected` 0, the last
-shares and then the safe share). And since a peer's silence can only be the
-peer's while our own reports kept coming back, silence is measured only up to
-`heard_at`, the last time one did (see `ClusterNode.upkeep`): a frozen broker
-never gets a peer evicted.
+an outage like a lost connection (not ready, `rgd_broker_connected` 0). Its
+limits hold until its lease ends, then it admits nothing until peers acknowledge
+it again (docs/design/protocol.md, P4); `heard_at`, the last time one of our
+reports came back, is what the "nothing heard" part of the reason reports.
 
 Pure bookkeeping (no I/O, no clock of its own): the daemon tells it what it
 published and what came back.

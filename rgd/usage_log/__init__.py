@@ -4,8 +4,10 @@
 - segment.py: segment names, the buffered writer, the damage-tolerant reader;
 - archive.py: copying closed segments to a directory or fsspec URI, and the lag figures;
 - log.py: `UsageLog`, the facade the daemon calls once per report and once per tick;
-- resume.py: what a same-id restart resumes from, read back from the log (not imported
-  here: it needs rgd.cluster.node).
+- accounting.py: the tick accounting frames (every admitted message once).
+
+Nothing is resumed from the log: a restart, same id or not, is a newcomer that
+listens before it admits (docs/design/protocol.md, M6).
 """
 
 from rgd.usage_log.archive import LagFigures

@@ -121,7 +121,8 @@ def _frames(uri: str, stats: ReadStats) -> Iterator[tuple[LogEntryMetadata, byte
 
 
 def read_ticks(path_or_uri: str) -> tuple[list[TickCounts], ReadStats]:
-    """Every tick report (or accounting frame) under a log directory, archive or fsspec URI (s3://, gs://), in publish order.
+    """Every tick report or accounting frame under a log directory, archive or fsspec URI (s3://, gs://),
+    in publish order.
 
     A report found twice (a segment both in a log directory and its archive) counts once."""
     try:
