@@ -39,6 +39,12 @@ class Receipts:
     def tick(self, node_id: str, now: float) -> None:
         pass
 
+    def attach(self, node: object) -> None:  # tick accounting: not what this test watches
+        pass
+
+    def detach(self, node: object, graceful: bool) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
