@@ -215,7 +215,8 @@ def test_probes_and_ports_match_the_app_routes(rendered: list[dict[str, Any]]) -
         assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["http"]
         assert [p["port"] for p in svc["spec"]["ports"]] == [listen_port]
     assert _one(rendered, "Service", "rgd")["spec"]["internalTrafficPolicy"] == "Local"
-    # A daemon that lost Pulsar still enforces (safe share): its node's brokers must reach it.
+    # A daemon that lost Pulsar still answers its brokers (nothing admitted once its lease ends):
+    # they must reach it.
     assert _one(rendered, "Service", "rgd")["spec"]["publishNotReadyAddresses"] is True
     assert _one(rendered, "Service", "rgd-metrics")["spec"]["clusterIP"] == "None"
     np = _one(rendered, "NetworkPolicy", "rgd")
