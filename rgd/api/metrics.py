@@ -332,7 +332,7 @@ class Metrics:
             "Members whose last acknowledgement of us is older than the lease allows (P4)", registry=r)
         self.members_out_of_sync = Gauge(
             "rgd_members_out_of_sync",
-            "Members whose whole state we do not hold yet: counted as busy in every group (P2)", registry=r)
+            "Members whose whole state we do not hold yet: counted as busy in every group (P3)", registry=r)
         self.round_trip = Gauge(
             "rgd_round_trip_seconds",
             "Longest recent round trip (our report out, a peer's acknowledgement back): how soon an increase "

@@ -189,8 +189,9 @@ class ClusterNode:
         OwnReports.lease_end; our own echo counts as a member's. A react interval early, since
         our limits move only at a react. A member that never acknowledged us does not count:
         it has heard us and counts us as busy until it holds our state, or it has not and is
-        still settling (P3), admitting nothing."""
-        acks = [self.echoed, *(m.acked_us for m in self.usage_map.members.values() if m.acked_us)]
+        still settling (P3), admitting nothing. One that acknowledged us and no longer does has
+        dropped us: it may be taking our share, so we admit nothing until it holds us again."""
+        acks = [self.echoed, *(m.acked_us if m.holds_us else 0 for m in self.usage_map.members.values() if m.acked_us)]
         return self.own.lease_end(acks) - self.config.react_seconds
 
     def lease_valid(self, now: float) -> bool:
@@ -199,7 +200,8 @@ class ClusterNode:
     def unacknowledging(self, now: float) -> list[str]:
         """Members whose acknowledgement of us is too old to keep our lease (readiness)."""
         return sorted(d for d, m in self.usage_map.members.items()
-                      if m.acked_us and self.own.lease_end([m.acked_us]) - self.config.react_seconds <= now)
+                      if m.acked_us and (not m.holds_us
+                                         or self.own.lease_end([m.acked_us]) - self.config.react_seconds <= now))
 
     def members(self) -> set[str]:
         return {*self.usage_map.members, self.node_id}
@@ -207,7 +209,7 @@ class ClusterNode:
     def _acked(self) -> int:
         """The oldest of our sequences a live member acknowledged (ours if we are alone)."""
         members = self.usage_map.members.values()
-        return min((m.acked_us for m in members), default=self.echoed)
+        return min((m.acked_us if m.holds_us else 0 for m in members), default=self.echoed)
 
     # -- limits -----------------------------------------------------------------------------
 
@@ -332,14 +334,14 @@ class ClusterNode:
         return group_entries(scaled, states, self.groups(), sorted({g for g, _ in keys}))
 
     def _mark_of(self, key: tuple[str, str], now: float) -> tuple[float, int, int, int, int]:
-        """The (group, kind)'s mark, set where it is first seen (a bucket made since the last
-        look): its window starts then, not at our start, so a new group's demand reads as the
-        rate it arrives at."""
+        """The (group, kind)'s mark: for a bucket seen for the first time, a react interval ago
+        with nothing counted (not our start: a new group's demand reads as the rate it arrives
+        at, and every message it counted is in its first report)."""
         mark = self._marks.get(key)
         if mark is None:
-            st = self.limiter.states[key]
-            mark = self._marks[key] = (now, st.total_admitted_messages, st.total_admitted_bytes,
-                                       st.total_throttled_messages, st.total_throttled_bytes)
+            # Made within the last react interval (we look at every bucket at every react):
+            # everything it counted is in its first window, which starts a react interval ago.
+            mark = self._marks[key] = (now - self.config.react_seconds, 0, 0, 0, 0)
         return mark
 
     def _mark(self, now: float, names: list[str]) -> None:

@@ -53,6 +53,7 @@ class Member:
     lease: float  # seconds: silent this long, it is evicted (it stopped admitting before)
     held: int = 0  # the sequence whose whole state we hold (0: never held whole)
     acked_us: int = 0  # the highest of our sequences it acknowledged (this incarnation of ours)
+    holds_us: bool = False  # its latest report acknowledged us (False after it evicted us)
     joined: float = 0.0
     groups: set[str] = field(default_factory=set)  # groups it has an entry for here
 
@@ -138,11 +139,11 @@ class UsageMap:
         member.lease = report.lease_ms / 1000.0 if report.lease_ms else self.default_lease
         # What it holds of us now: a report that does not acknowledge us says it holds nothing
         # of ours (it evicted us, or lost our state), whatever it acknowledged before.
-        acked = 0
+        member.holds_us = False
         for tag, seq in zip(report.ack_members, report.ack_sequences, strict=False):
             if tag == our_tag:
-                acked = max(seq, member.acked_us)
-        member.acked_us = acked
+                member.acked_us = max(seq, member.acked_us)
+                member.holds_us = True
         changed = self._apply(sender, member, report, now)
         if report.base <= member.held or report.base == 0:
             member.held = report.sequence

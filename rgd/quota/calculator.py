@@ -372,7 +372,7 @@ def compute_limits(
 
     usage: {daemon -> PeerUsage} for this group, our own newest entry included.
     members: live daemons we know (ourselves included; idle ones too).
-    previous: the smallest of our own entries a peer may hold now (rgd/cluster/own_history.py);
+    previous: the smallest of our own entries a peer may hold now (rgd.cluster.own_reports.OwnReports.as_held);
       None if a peer may hold nothing of ours for this group. Pass it: without it an
       increase of our own demand is granted before peers made room, which can
       overshoot the quota until they fold it (see module doc).

@@ -90,6 +90,14 @@ def test_a_frozen_broker_is_an_outage_that_ends_the_leases(own_broker, tmp_path)
             d.wait_ready()
         wait_until(lambda: all(len(d.get_json("/readyz")[1]["members"]) == 2 for d in c.daemons.values()), 10)
         evicted_before = sum(c.metric(d, "rgd_evictions_total", reason="ttl") for d in c.daemons)
+        # The premises hold before the freeze, and the metrics say so.
+        wait_until(lambda: all(c.metric(d, "rgd_round_trip_seconds") > 0 for d in c.daemons), 3 * TICK + 2)
+        for name in c.daemons:
+            assert c.metric(name, "rgd_lease_valid") == 1
+            assert c.metric(name, "rgd_lease_seconds_left") > 0
+            assert c.metric(name, "rgd_members_unacknowledging") == 0
+            assert c.metric(name, "rgd_members_out_of_sync") == 0
+            assert c.metric(name, "rgd_leases_expired_total") == 0
         own_broker.process.send_signal(signal.SIGSTOP)
         # A report is published every tick and may take a tick to come back: two ticks,
         # plus a second for a busy machine.
@@ -106,6 +114,9 @@ def test_a_frozen_broker_is_an_outage_that_ends_the_leases(own_broker, tmp_path)
         # Within the lease (3 ticks) and a tick: nobody acknowledges us, so we admit nothing.
         wait_until(lambda: all(c.metric(d, "rgd_lease_valid") == 0 for d in c.daemons), 3 * TICK + TICK + 2)
         assert c.local_limit("d1") == c.local_limit("d2") == 0.0
+        for name in c.daemons:
+            assert c.metric(name, "rgd_lease_seconds_left") == 0
+            assert c.metric(name, "rgd_leases_expired_total") == 1
         for d in c.daemons.values():
             lease = d.get_json("/readyz")[1]["lease"]
             assert lease["valid"] is False and lease["why"], lease

@@ -68,7 +68,7 @@ async def test_pulsar_names_and_labels_carry_rgds_figures(make_daemon, http, con
                 await asyncio.sleep(0.05)
     # Wait until d1 has folded d2's counts: the remote families then have d2's rows. Not
     # by d1's usage map: d2's entry holds its last report's rate, which is 0 again a tick
-    # after the asks, and an idle entry expires a few ticks later (map_keeper.expire_groups).
+    # after the asks, and an idle entry leaves the map at once (rgd.cluster.usage_map).
     assert d1.pulsar_metrics is not None
     await wait_for(lambda: d1.pulsar_metrics.remote_messages.get(("gold", "publish", "d2"), 0) >= 7, 10)
     ticks = d1.ticks

@@ -11,8 +11,7 @@ clock are in tests/unit/test_report_split.py.
 from __future__ import annotations
 
 import rgd.cluster.node
-from rgd.cluster.node import ClusterNode
-from rgd.wire.usage_report_pb2 import UsageReport
+from rgd.cluster.node import ClusterNode, TickOutcome
 from tests.support.live import base_url, wait_for, write_config
 
 # The group names of the pure tests (tests/unit/test_report_split.py): 60 groups whose entries
@@ -24,15 +23,15 @@ async def test_peers_hold_every_entry_of_a_daemon_whose_reports_are_split(make_d
                                                                           monkeypatch) -> None:
     monkeypatch.setattr(rgd.cluster.node, "MAX_REPORT_BYTES", 2_000)
     published_continuations: list[int] = []
-    take = ClusterNode.take_continuations
+    tick_report = ClusterNode.tick_report
 
-    def counting(node: ClusterNode, report: UsageReport) -> list[UsageReport]:
-        parts = take(node, report)
-        if node.node_id == "a" and parts:
-            published_continuations.append(len(parts))
-        return parts
+    def counting(node: ClusterNode, now: float) -> TickOutcome:
+        out = tick_report(node, now)
+        if node.node_id == "a" and len(out.parts) > 1:
+            published_continuations.append(len(out.parts) - 1)
+        return out
 
-    monkeypatch.setattr(ClusterNode, "take_continuations", counting)
+    monkeypatch.setattr(ClusterNode, "tick_report", counting)
     groups = {name: {"publishRateInMsgs": 1000} for name in GROUPS}
     cfg = write_config(tmp_path / "c.yaml", groups, tenants={f"t-{name}": name for name in GROUPS})
     a = await make_daemon("a", cfg, tick=0.2)
