@@ -74,7 +74,9 @@ def test_pulsar_freezes_near_727_272_on_skew() -> None:
     r, m = result("skew", "pulsar")
     limits = [tick["g/publish"] for tick in r.limits[3:]]
     for lim in limits:
-        assert 715 <= lim["a"] <= 750 and 250 <= lim["b"] <= 285  # never reaches 700/300
+        # It wanders with the admitted counts each report carries (a tick's rates: 708..750 for a)
+        # but never reaches the max-min fair 700/300.
+        assert 705 <= lim["a"] <= 750 and 250 <= lim["b"] <= 295
     # Pulsar's proportional split of the reported demand 800/300: 1000 x 8/11 and 1000 x 3/11.
     first = r.limits[1:4]
     assert any(lim["g/publish"]["a"] == 727.0 for lim in first)
