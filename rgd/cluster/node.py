@@ -334,14 +334,12 @@ class ClusterNode:
         return group_entries(scaled, states, self.groups(), sorted({g for g, _ in keys}))
 
     def _mark_of(self, key: tuple[str, str], now: float) -> tuple[float, int, int, int, int]:
-        """The (group, kind)'s mark: for a bucket seen for the first time, a react interval ago
-        with nothing counted (not our start: a new group's demand reads as the rate it arrives
-        at, and every message it counted is in its first report)."""
+        """The (group, kind)'s mark: for a bucket seen for the first time, its birth with nothing
+        counted (not our start: a new group's demand reads as the rate it arrives at, and every
+        message it counted is in its first report)."""
         mark = self._marks.get(key)
-        if mark is None:
-            # Made within the last react interval (we look at every bucket at every react):
-            # everything it counted is in its first window, which starts a react interval ago.
-            mark = self._marks[key] = (now - self.config.react_seconds, 0, 0, 0, 0)
+        if mark is None:  # everything it counted is in its first window, which starts at its birth
+            mark = self._marks[key] = (min(self.limiter.states[key].born, now), 0, 0, 0, 0)
         return mark
 
     def _mark(self, now: float, names: list[str]) -> None:

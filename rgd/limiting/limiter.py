@@ -179,6 +179,7 @@ class KindState:
     messages: TokenBucket
     bytes: TokenBucket
     tick: TickCounters = field(default_factory=TickCounters)
+    born: float = 0.0  # clock reading it was made at: its counters count from then
     # Cumulative, for /metrics (never reset).
     total_admitted_messages: int = 0
     total_admitted_bytes: int = 0
@@ -269,6 +270,7 @@ class Limiter:
         st = KindState(
             TokenBucket.new(msgs, now, bucket_seconds(self.burst_seconds, msgs, 1.0), self.max_debt_seconds),
             TokenBucket.new(nbytes, now, self.burst_seconds, self.max_debt_seconds),
+            born=now,
         )
         st.messages.cap_window(window_cap(self.burst_seconds, msgs, 1.0))  # bytes: no mean message yet
         if self.start_seconds is not None:
