@@ -12,7 +12,7 @@ as it always has; so each side holds one:
   the admitted and throttled counts, events, denials by reason, namespaces and topics.
 - `MirrorLimiter` (cluster process) is the node's limiter. It folds those counts in
   (`absorb`), so `collect`, the cumulative counters early reports measure and
-  /metrics read what the asks did; every limit the node sets, every drain, forget
+  /metrics read what the asks did; every limit the node sets, every forget
   and `recompute_at` it records as an operation (`take_ops`) for the serving
   process to apply to the real buckets (`ServingLimiter.apply`). It keeps no
   tokens: its buckets are their rates alone (`MirrorRate`).
@@ -35,7 +35,6 @@ from typing import Any, NamedTuple
 
 from rgd.config.groups import KINDS, ResourceGroup
 from rgd.limiting.limiter import (
-    DRAIN_KEEP_SECONDS,
     AskLike,
     BatchOutcome,
     Decision,
@@ -71,7 +70,6 @@ class KindCounts(NamedTuple):
 
 # Operations the cluster process sends the serving one, in order:
 #   ("limit", group, kind, messages, bytes, place)   Limiter.set_limit (place: (rank, members) or None)
-#   ("drain", group, kind, messages?, bytes?, keep_seconds)   Limiter.drain
 #   ("forget", group)   Limiter.forget
 #   ("recompute_at", when)   Limiter.recompute_at (CLOCK_MONOTONIC is one clock for both)
 #   ("initial", fraction)   what a new (group, kind) starts with, as a fraction of its quota
@@ -175,10 +173,6 @@ class ServingLimiter(Limiter):
                 place = None if op[5] is None else Place(*op[5])
                 if group is not None and (st is None or st.limit != (op[3], op[4]) or st.place != place):
                     self.set_limit(group, op[2], op[3], op[4], place)
-            elif what == "drain":
-                group = groups.get(op[1])
-                if group is not None:
-                    self.drain(group, op[2], op[3], op[4], op[5])
             elif what == "forget":
                 self.forget(op[1])
             elif what == "recompute_at":
@@ -238,12 +232,6 @@ class MirrorLimiter(Limiter):
         st.place = place
         if before != ((messages, nbytes), place):  # a recompute sets every limit; most stay as they were
             self._record(("limit", group.name, kind, messages, nbytes, None if place is None else tuple(place)))
-
-    def drain(self, group: ResourceGroup, kind: str, messages: bool = True, nbytes: bool = True,
-              keep_seconds: float = DRAIN_KEEP_SECONDS) -> None:
-        if (group.name, kind) not in self.states:
-            return
-        self._record(("drain", group.name, kind, messages, nbytes, keep_seconds))
 
     def forget(self, group_name: str) -> None:
         super().forget(group_name)

@@ -406,10 +406,9 @@ class Daemon:
                 await session.close()
 
     async def _receive_loop(self, session: PulsarSession) -> None:
-        """Vet each message as it arrives and queue what we fold of it. Vetting here, not
-        when the inbox is drained, is what bounds our memory at PIP-82's scale: a peer's
-        report is ~0.9 MB of which we fold a few percent, and a second of 99 of them waiting
-        whole held ~60 MB. The cost is the same, one message at a time between asks."""
+        """Vet each message as it arrives and queue it for the next fold: a malformed or
+        forged message is counted and dropped here, one at a time between asks, and never
+        waits in the inbox."""
         keep_raw = self.usage_log is not None and self.usage_log.keep_receipt_payloads
         # Receives asked for ahead complete without a pause when reports queue up (the first
         # round's 99 full reports), and vetting each takes a millisecond or more: back to

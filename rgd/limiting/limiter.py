@@ -28,8 +28,6 @@ from rgd.limiting.window_turns import Turns, turns_for
 REASON_MESSAGES = "message_rate"  # the message bucket of this daemon's share was short
 REASON_BYTES = "byte_rate"
 REASON_DEBT = "debt"  # the bucket is paying back usage charged after the fact
-# Seconds of its new limit a bucket keeps when its limit is cut below its demand (Limiter.drain).
-DRAIN_KEEP_SECONDS = 0.1
 # A bucket holds at least this many messages (in bytes: this many of the (group, kind)'s
 # mean message), up to BURST_FLOOR_MAX_SECONDS of its limit; see bucket_seconds.
 BURST_FLOOR_MESSAGES = 10.0
@@ -318,30 +316,6 @@ class Limiter:
                               window_turns(burst, nbytes, mean_bytes, quota_b, place, self.wall_offset), now)
         st.messages.set_rate(messages, now)
         st.bytes.set_rate(nbytes, now)
-
-    def drain(self, group: ResourceGroup, kind: str, messages: bool = True, nbytes: bool = True,
-              keep_seconds: float = DRAIN_KEEP_SECONDS) -> None:
-        """Drop the tokens a (group, kind) saved under its earlier, larger limit beyond
-        `keep_seconds` of the new one (debt is kept).
-
-        Why: a bucket that was not emptied holds up to `burst_seconds` of its limit. When the
-        limit is cut below what the daemon is asked for, every saved token is spent at once on
-        top of the new rate, and the new rate is this daemon's share of a quota the others
-        fill with theirs: the cluster admits the saved tokens above the quota. Scaling them
-        (`TokenBucket.set_rate`) still leaves a full second of the new limit. A daemon asked
-        for more than its new limit is throttled from here on whatever it holds, so dropping
-        them costs it nothing over the tick but the excess itself (ClusterNode.apply_limits
-        decides when). What it keeps (DRAIN_KEEP_SECONDS, 10 % of a second of the new limit:
-        the overshoot the quota tolerates) is what a saturated bucket carries between two
-        batches of asks, so a limit that moves by a rounding error costs no admission."""
-        st = self.states.get((group.name, kind))
-        if st is None:
-            return
-        now = self.clock()
-        if messages:
-            st.messages.drain(now, keep_seconds)
-        if nbytes:
-            st.bytes.drain(now, keep_seconds)
 
     def forget(self, group_name: str) -> None:
         """Drop a deleted group's buckets."""

@@ -107,16 +107,6 @@ class TokenBucket:
         else:
             self.window.take_turns(turns, cap, now)
 
-    def drain(self, now: float, keep_seconds: float) -> None:
-        """Keep at most `keep_seconds` of the rate of the tokens saved so far (debt is kept):
-        see Limiter.drain for why."""
-        if self.rate == INF:
-            return
-        self.refill(now)
-        keep = max(0.0, self.rate * keep_seconds)
-        if self.tokens > keep:
-            self.tokens = keep
-
     def set_rate(self, rate: float, now: float) -> None:
         """Change the rate keeping the bucket's state; debt is kept.
 

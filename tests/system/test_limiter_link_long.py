@@ -56,12 +56,6 @@ def test_a_limiter_split_over_two_processes_decides_and_counts_as_one(steps: lis
             _hand_over(serving, mirror)  # the node sets limits on its own state, counts folded first
             mirror.set_limit(GROUPS[g], kind, m, b, place)
             serving.apply(mirror.take_ops(), GROUPS)
-        elif what == "drain":
-            (g, kind), dm, db = s[1:]
-            plain.drain(GROUPS[g], kind, dm, db)
-            _hand_over(serving, mirror)
-            mirror.drain(GROUPS[g], kind, dm, db)
-            serving.apply(mirror.take_ops(), GROUPS)
         elif what == "collect":
             collect(plain, plain_collected)
             _hand_over(serving, mirror)

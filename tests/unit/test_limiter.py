@@ -6,7 +6,6 @@ from rgd.config.groups import ResourceGroup
 from rgd.limiting.limiter import (
     BURST_FLOOR_MAX_SECONDS,
     BURST_FLOOR_MESSAGES,
-    DRAIN_KEEP_SECONDS,
     REASON_BYTES,
     REASON_DEBT,
     REASON_MESSAGES,
@@ -181,24 +180,6 @@ def test_limiter_caps_retry_after_at_the_recompute_time() -> None:
     lim.recompute_at = clock() + 0.3
     assert lim.acquire(g, "publish", 2, 0, "t/ns").retry_after_s == 0.3
 
-
-def test_drain_keeps_a_tenth_of_a_second_of_the_new_limit_and_the_debt():
-    clock = FakeClock(0.0)
-    lim = Limiter(clock, burst_seconds=1.0)
-    g = ResourceGroup("g", publish_msgs=1000, publish_bytes=10_000)
-    lim.acquire(g, "publish", 1, 1, "t/ns")  # creates the state with full buckets
-    lim.set_limit(g, "publish", 200, 10_000)
-    st = lim.states[("g", "publish")]
-    assert st.messages.tokens == pytest.approx(999 * 200 / 1000)  # a cut scales: a second of the new limit
-    lim.drain(g, "publish", messages=True, nbytes=False)
-    assert st.messages.tokens == pytest.approx(200 * DRAIN_KEEP_SECONDS)
-    assert st.bytes.tokens == pytest.approx(9_999)  # not asked: untouched
-    lim.record_usage(g, "publish", 0, 30_000, "t/ns")  # into debt
-    lim.drain(g, "publish")
-    assert st.bytes.tokens == pytest.approx(-20_001)  # debt is kept
-
-
-# -- the bucket's size: 0.1 s of the share, but room for ten messages ----------------------
 
 def test_bucket_seconds_floor_in_messages_and_its_cap() -> None:
     assert bucket_seconds(0.1, 1000.0, 1.0) == 0.1  # 100 messages in 0.1 s: no floor needed

@@ -56,7 +56,6 @@ step = st.one_of(
     st.tuples(st.just("limit"), st.sampled_from([("a", "publish"), ("b", "publish"), ("b", "dispatch")]),
               st.floats(0.0, 80.0), st.sampled_from([INF, 5000.0, 40_000.0]),
               st.sampled_from([None, Place(0, 1), Place(0, 3), Place(2, 3)])),
-    st.tuples(st.just("drain"), st.sampled_from([("a", "publish"), ("b", "publish")]), st.booleans(), st.booleans()),
     st.tuples(st.just("collect"),),
     st.tuples(st.just("hand_over"),),
 )
@@ -126,7 +125,7 @@ def test_the_mirror_sends_a_limit_only_when_it_changes_and_drops_counts_of_delet
 
 def test_operations_for_groups_the_serving_side_does_not_know_are_skipped_and_unknown_ones_refused() -> None:
     serving = ServingLimiter(Clock())
-    serving.apply([("limit", "nope", "publish", 1.0, 1.0, None), ("drain", "nope", "publish", True, True, 0.1)], GROUPS)
+    serving.apply([("limit", "nope", "publish", 1.0, 1.0, None)], GROUPS)
     assert serving.states == {}
     with pytest.raises(ValueError, match="unknown operation 'bogus'"):
         serving.apply([("bogus",)], GROUPS)
