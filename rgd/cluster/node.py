@@ -29,7 +29,7 @@ from rgd.cluster.report_codec import REPLAY_WINDOW_MS, HmacKeys, Rejected, check
 from rgd.cluster.suppression import SuppressionPolicy, SuppressionState, select_reports
 from rgd.cluster.usage_map import UsageMap, member_tag
 from rgd.config.groups import KINDS, QuotaCeilings, ResourceGroup
-from rgd.limiting.limiter import Collected, Limiter, Place, TickCounters, largest_bucket_seconds, rate_of
+from rgd.limiting.limiter import Collected, KindState, Limiter, Place, TickCounters, largest_bucket_seconds, rate_of
 from rgd.limiting.token_bucket import DEFAULT_BURST_SECONDS
 from rgd.quota.calculator import PEER_VIEW_STRATEGIES, UNSET, CalculatorCall, calculate_many, start_seconds_for
 from rgd.quota.inputs import QuotaParams
@@ -111,6 +111,12 @@ def _busy(group: ResourceGroup) -> PeerUsage:
     return PeerUsage(kinds["publish"], kinds["dispatch"], 1, kinds["replication"])
 
 
+def _totals(st: KindState) -> tuple[int, ...]:
+    """A bucket's cumulative counts: admitted, throttled and shadow-throttled messages and bytes."""
+    return (st.total_admitted_messages, st.total_admitted_bytes, st.total_throttled_messages,
+            st.total_throttled_bytes, st.total_shadow_throttled_messages, st.total_shadow_throttled_bytes)
+
+
 def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
     if usage is None:
         return (0.0,) * (2 * len(KINDS))
@@ -151,7 +157,7 @@ class ClusterNode:
         self.namespaces_trimmed = 0  # namespace names left out of reports, not yet counted by the daemon
         # Per (group, kind): our clock and the cumulative counters at the group's last report
         # (a report's figures are the rates since then, so every figure is one window's).
-        self._marks: dict[tuple[str, str], tuple[float, int, int, int, int]] = {}
+        self._marks: dict[tuple[str, str], tuple[float, tuple[int, ...]]] = {}
         self._lease_was_valid = False
         # Round trips (send -> acknowledgement) measured lately: (our clock, seconds).
         self._round_trips: list[tuple[float, float]] = []
@@ -321,33 +327,29 @@ class ClusterNode:
         shortest = self.config.react_seconds - 1e-9  # a report measures demand over a react interval at least
         keys = [k for k in states if (names is None or k[0] in names) and now - self._mark_of(k, now)[0] >= shortest]
         for key in keys:
-            st = states[key]
-            at, am, ab, tm, tb = self._mark_of(key, now)
-            span = now - at
-            f = tick / span
-            counters = TickCounters(round((st.total_admitted_messages - am) * f),
-                                    round((st.total_admitted_bytes - ab) * f),
-                                    round((st.total_throttled_messages - tm) * f),
-                                    round((st.total_throttled_bytes - tb) * f))
+            at, counted = self._mark_of(key, now)
+            f = tick / (now - at)
+            am, ab, tm, tb, sm, sb = (round((v - c) * f) for v, c in zip(_totals(states[key]), counted, strict=True))
+            counters = TickCounters(am, ab, tm, tb, shadow_throttled_messages=sm, shadow_throttled_bytes=sb)
             c = collected.get(key) if collected is not None else None
             scaled[key] = Collected(counters, c.namespaces if c else frozenset(), c.topics if c else 0)
         return group_entries(scaled, states, self.groups(), sorted({g for g, _ in keys}))
 
-    def _mark_of(self, key: tuple[str, str], now: float) -> tuple[float, int, int, int, int]:
-        """The (group, kind)'s mark: for a bucket seen for the first time, its birth with nothing
-        counted (not our start: a new group's demand reads as the rate it arrives at, and every
-        message it counted is in its first report)."""
+    def _mark_of(self, key: tuple[str, str], now: float) -> tuple[float, tuple[int, ...]]:
+        """The (group, kind)'s mark: where its current window starts, and its cumulative counts
+        then. For a bucket seen for the first time, its birth with nothing counted (not our
+        start: a new group's demand reads as the rate it arrives at, and every message it
+        counted is in its first report)."""
         mark = self._marks.get(key)
-        if mark is None:  # everything it counted is in its first window, which starts at its birth
-            mark = self._marks[key] = (min(self.limiter.states[key].born, now), 0, 0, 0, 0)
+        if mark is None:
+            mark = self._marks[key] = (min(self.limiter.states[key].born, now), (0,) * 6)
         return mark
 
     def _mark(self, now: float, names: list[str]) -> None:
         wanted = set(names)
         for key, st in self.limiter.states.items():
             if key[0] in wanted:
-                self._marks[key] = (now, st.total_admitted_messages, st.total_admitted_bytes,
-                                    st.total_throttled_messages, st.total_throttled_bytes)
+                self._marks[key] = (now, _totals(st))
 
     def _report(self, now: float, fresh: Mapping[str, GroupUsage], leaving: bool = False) -> list[UsageReport]:
         """A report of `fresh` entries plus every group changed since the oldest member's
@@ -478,7 +480,7 @@ class ClusterNode:
         tolerance = self.config.suppression.tolerance
         out = set()
         for key, st in self.limiter.states.items():
-            at, am, _ab, tm, _tb = self._mark_of(key, now)
+            at, (am, _ab, tm, _tb, _sm, _sb) = self._mark_of(key, now)
             span = now - at
             if span < self.config.react_seconds - 1e-9:
                 continue

@@ -26,6 +26,8 @@ def kind_usage(c: Collected | None, st: KindState | None, group: ResourceGroup |
         k.admitted_bytes = c.counters.admitted_bytes
         k.throttled_messages = c.counters.throttled_messages
         k.throttled_bytes = c.counters.throttled_bytes
+        k.shadow_throttled_messages = c.counters.shadow_throttled_messages
+        k.shadow_throttled_bytes = c.counters.shadow_throttled_bytes
     if st is not None:
         k.limit_messages = _wire_limit(st.messages.rate)
         k.limit_bytes = _wire_limit(st.bytes.rate)
@@ -104,23 +106,13 @@ def group_entries(
 
 
 def figures(gu: GroupUsage) -> tuple[float, ...]:
-    """The numbers suppression compares: usage and demand of every kind."""
+    """The numbers suppression compares: usage, demand and shadow-throttled counts of every kind."""
     out: list[float] = []
     for kind in KINDS:
         k = getattr(gu, kind)
-        out += (k.admitted_messages, k.admitted_bytes, k.throttled_messages, k.throttled_bytes)
+        out += (k.admitted_messages, k.admitted_bytes, k.throttled_messages, k.throttled_bytes,
+                k.shadow_throttled_messages, k.shadow_throttled_bytes)
     return tuple(out)
-
-
-def demand_figures(figs: tuple[float, ...]) -> tuple[float, ...]:
-    """The demand in `figures` (admitted plus throttled, per kind and dimension), without
-    the split between the two. The split moves whenever our own limit does: after a demand
-    step our share grows over a few reacts, so what we admit rises and what we throttle
-    falls while the demand holds. Figures of another shape are returned as they are."""
-    if len(figs) % 4:
-        return figs
-    return tuple(v for i in range(0, len(figs), 4)
-                 for v in (figs[i] + figs[i + 2], figs[i + 1] + figs[i + 3]))
 
 
 def peer_usage(gu: GroupUsage, tick_s: float) -> PeerUsage:
@@ -217,7 +209,6 @@ __all__ = [
     "MAX_REPORT_BYTES",
     "Trimmed",
     "bound_report",
-    "demand_figures",
     "drop_silent_kinds",
     "figures",
     "group_entries",

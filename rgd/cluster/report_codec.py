@@ -124,11 +124,13 @@ def _check_kind(k: KindUsage, where: str) -> None:
     # (tens of thousands a second at PIP-82's scale), the loops below only to name what is wrong.
     # NaN fails every comparison, so it takes the slow path too.
     lm, lb, qm, qb = k.limit_messages, k.limit_bytes, k.quota_messages, k.quota_bytes
-    if (max(k.admitted_messages, k.admitted_bytes, k.throttled_messages, k.throttled_bytes) <= MAX_COUNT
+    if (max(k.admitted_messages, k.admitted_bytes, k.throttled_messages, k.throttled_bytes,
+            k.shadow_throttled_messages, k.shadow_throttled_bytes) <= MAX_COUNT
             and (0.0 <= lm <= 1e18 or lm == -1.0) and (0.0 <= lb <= 1e18 or lb == -1.0)
             and (0.0 <= qm <= 1e18 or qm == -1.0) and (0.0 <= qb <= 1e18 or qb == -1.0)):
         return
-    for name in ("admitted_messages", "admitted_bytes", "throttled_messages", "throttled_bytes"):
+    for name in ("admitted_messages", "admitted_bytes", "throttled_messages", "throttled_bytes",
+                 "shadow_throttled_messages", "shadow_throttled_bytes"):
         if getattr(k, name) > MAX_COUNT:
             raise Rejected(REJECT_INVALID, f"{where}.{name} = {getattr(k, name)} is absurd")
     for name in ("limit_messages", "limit_bytes", "quota_messages", "quota_bytes"):

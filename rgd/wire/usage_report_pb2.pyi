@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class KindUsage(_message.Message):
-    __slots__ = ("admitted_messages", "admitted_bytes", "throttled_messages", "throttled_bytes", "limit_messages", "limit_bytes", "quota_messages", "quota_bytes")
+    __slots__ = ("admitted_messages", "admitted_bytes", "throttled_messages", "throttled_bytes", "limit_messages", "limit_bytes", "quota_messages", "quota_bytes", "shadow_throttled_messages", "shadow_throttled_bytes")
     ADMITTED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ADMITTED_BYTES_FIELD_NUMBER: _ClassVar[int]
     THROTTLED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,8 @@ class KindUsage(_message.Message):
     LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
     QUOTA_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     QUOTA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_THROTTLED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_THROTTLED_BYTES_FIELD_NUMBER: _ClassVar[int]
     admitted_messages: int
     admitted_bytes: int
     throttled_messages: int
@@ -24,7 +26,9 @@ class KindUsage(_message.Message):
     limit_bytes: float
     quota_messages: float
     quota_bytes: float
-    def __init__(self, admitted_messages: _Optional[int] = ..., admitted_bytes: _Optional[int] = ..., throttled_messages: _Optional[int] = ..., throttled_bytes: _Optional[int] = ..., limit_messages: _Optional[float] = ..., limit_bytes: _Optional[float] = ..., quota_messages: _Optional[float] = ..., quota_bytes: _Optional[float] = ...) -> None: ...
+    shadow_throttled_messages: int
+    shadow_throttled_bytes: int
+    def __init__(self, admitted_messages: _Optional[int] = ..., admitted_bytes: _Optional[int] = ..., throttled_messages: _Optional[int] = ..., throttled_bytes: _Optional[int] = ..., limit_messages: _Optional[float] = ..., limit_bytes: _Optional[float] = ..., quota_messages: _Optional[float] = ..., quota_bytes: _Optional[float] = ..., shadow_throttled_messages: _Optional[int] = ..., shadow_throttled_bytes: _Optional[int] = ...) -> None: ...
 
 class GroupUsage(_message.Message):
     __slots__ = ("group", "namespaces", "topics", "publish", "dispatch", "replication")

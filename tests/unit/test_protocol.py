@@ -330,3 +330,18 @@ def test_our_own_report_back_from_the_topic_is_not_a_member() -> None:
     assert node.receive(data, None, 0.1).reason == REJECT_OWN
     assert node.usage_map.members == {}
     assert node.echoed == 1
+
+
+def test_a_shadowed_groups_report_carries_what_would_have_been_throttled() -> None:
+    """Shadow mode: the broker is told yes, so the messages are admitted usage (they count in
+    the shares), and the report says apart how many the limit would have throttled."""
+    group = ResourceGroup("g", publish_msgs=100.0, shadow_mode=True)
+    clock = FakeClock(0.0)
+    node = ClusterNode(NodeConfig("a"), 1, clock, lambda: {"g": group})
+    node.limiter.state(group, "publish", 0.0)  # made at t = 0; not settled yet: its limit is 0
+    clock.t = 0.5
+    # The limiter's decision is the real one (the API answers the broker yes beside it).
+    assert not node.limiter.acquire(group, "publish", 5, 500, "t/ns").allowed
+    entry = next(g for g in node.tick_report(1.0).parts[0].groups if g.group == "g")
+    assert (entry.publish.admitted_messages, entry.publish.throttled_messages) == (5, 0)
+    assert (entry.publish.shadow_throttled_messages, entry.publish.shadow_throttled_bytes) == (5, 500)

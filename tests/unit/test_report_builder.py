@@ -7,7 +7,6 @@ import math
 
 from rgd.cluster.report_builder import (
     _silent,
-    demand_figures,
     drop_silent_kinds,
     figures,
     group_entries,
@@ -83,13 +82,9 @@ def test_a_kind_with_anything_to_say_is_kept() -> None:
         assert gu.HasField("dispatch") and not gu.HasField("replication"), field
 
 
-def test_demand_figures_add_admitted_and_throttled_per_kind_and_dimension() -> None:
+def test_figures_are_usage_demand_and_shadow_counts_of_every_kind() -> None:
     gu = GroupUsage(group="g", publish=KindUsage(admitted_messages=30, admitted_bytes=3000, throttled_messages=20,
-                                                 throttled_bytes=2000),
+                                                 throttled_bytes=2000, shadow_throttled_messages=4),
                     dispatch=KindUsage(admitted_messages=5, throttled_bytes=7))
-    assert figures(gu) == (30, 3000, 20, 2000, 5, 0, 0, 7, 0, 0, 0, 0)  # publish, dispatch, replication
-    assert demand_figures(figures(gu)) == (50, 5000, 5, 7, 0, 0)
-    moved_split = GroupUsage(group="g", publish=KindUsage(admitted_messages=50, admitted_bytes=5000),
-                             dispatch=KindUsage(admitted_messages=5, throttled_bytes=7))
-    assert demand_figures(figures(moved_split)) == demand_figures(figures(gu))
-    assert demand_figures((1.0, 2.0, 3.0)) == (1.0, 2.0, 3.0)  # another shape: as it is
+    # publish, dispatch, replication: admitted, throttled, shadow-throttled (messages, bytes)
+    assert figures(gu) == (30, 3000, 20, 2000, 4, 0, 5, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0)
