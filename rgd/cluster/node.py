@@ -151,9 +151,11 @@ class ClusterNode:
         self.all_dirty = True
         self.ack_due = False
         self.left = False
-        # Our own latest report the topic carried back to us: the topic acknowledging us. A
-        # daemon that no longer hears itself is cut off, whoever it still counts as members.
+        # Our own latest report the topic carried back to us (settling measures the delay on
+        # it), and when the topic last carried anything to us, ours or a peer's: a daemon that
+        # hears nothing for a lease is cut off, whoever it still counts as members.
         self.echoed = 0
+        self.heard_at: float | None = None
         self.namespaces_trimmed = 0  # namespace names left out of reports, not yet counted by the daemon
         # Per (group, kind): our clock and the cumulative counters at the group's last report
         # (a report's figures are the rates since then, so every figure is one window's).
@@ -192,13 +194,16 @@ class ClusterNode:
 
     def lease_end(self) -> float:
         """Until when every member that held our state keeps us (our clock): see
-        OwnReports.lease_end; our own echo counts as a member's. A react interval early, since
-        our limits move only at a react. A member that never acknowledged us does not count:
+        OwnReports.lease_end; and a lease after we last heard the topic at all (alone, or beside
+        members that never acknowledged us, that is what ends it when we are cut off). A react
+        interval early, since our limits move only at a react. A member that never acknowledged
+        us does not count:
         it has heard us and counts us as busy until it holds our state, or it has not and is
         still settling (P3), admitting nothing. One that acknowledged us and no longer does has
         dropped us: it may be taking our share, so we admit nothing until it holds us again."""
-        acks = [self.echoed, *(m.acked_us if m.holds_us else 0 for m in self.usage_map.members.values() if m.acked_us)]
-        return self.own.lease_end(acks) - self.config.react_seconds
+        acks = [m.acked_us if m.holds_us else 0 for m in self.usage_map.members.values() if m.acked_us]
+        heard = -math.inf if self.heard_at is None else self.heard_at + self.config.lease_seconds
+        return min(self.own.lease_end(acks), heard) - self.config.react_seconds
 
     def lease_valid(self, now: float) -> bool:
         return not self.config.guarded or (self.settled(now) and now < self.lease_end())
@@ -215,7 +220,7 @@ class ClusterNode:
     def _acked(self) -> int:
         """The oldest of our sequences a live member acknowledged (ours if we are alone)."""
         members = self.usage_map.members.values()
-        return min((m.acked_us if m.holds_us else 0 for m in members), default=self.echoed)
+        return min((m.acked_us if m.holds_us else 0 for m in members), default=self.own.sequence)
 
     # -- limits -----------------------------------------------------------------------------
 
@@ -275,7 +280,8 @@ class ClusterNode:
     def _listen_again_if_deaf(self, now: float) -> None:
         """We have not heard ourselves for a lease: we were cut off, and whom we evicted
         meanwhile may be alive. Listen again before we believe our member list (P3)."""
-        if self.config.guarded and self.settled_at is not None and now > self.own.lease_end([self.echoed]):
+        if (self.config.guarded and self.settled_at is not None
+                and (self.heard_at is None or now - self.heard_at > self.config.lease_seconds)):
             self.settled_at = None
             self.deaf_since = now
 
@@ -461,7 +467,8 @@ class ClusterNode:
             return []
         risen = self._risen(now)
         renew = (self.config.guarded and bool(self.usage_map.members)
-                 and self.lease_end() - now < self.round_trip(now) + 2 * self.config.react_seconds)
+                 and self.lease_end() - now < max(self.round_trip(now), self.config.tick_seconds)
+                 + 2 * self.config.react_seconds)
         if not risen and not self.ack_due and not renew:
             return []
         self.ack_due = False
@@ -530,6 +537,7 @@ class ClusterNode:
         if report.daemon_id == self.node_id:
             if report.incarnation == self.incarnation:
                 self.echoed = max(self.echoed, report.sequence)
+                self.heard_at = now
             if self.settled_at is None and report.incarnation == self.incarnation:
                 # Listening from now (or our start) for a tick plus the delay this echo took.
                 delay = max(0.0, now - self._sent_at(report.sequence))
@@ -540,6 +548,7 @@ class ClusterNode:
         result = self.usage_map.fold(report, now, self.tag)
         if not result.accepted:
             return FoldOutcome(report, result.reason)
+        self.heard_at = now
         if result.new_member or report.leaving:
             self.all_dirty = True
         self.dirty |= result.changed
@@ -567,5 +576,5 @@ class ClusterNode:
         self.usage_map.forget_departed(now)
         if silent:
             self.all_dirty = True
-        self.own.prune(min(self._acked(), self.echoed))  # the echo's send time is our own lease
+        self.own.prune(self._acked(), now - MAX_LEASE_FACTOR * self.config.lease_seconds)
         return silent

@@ -116,10 +116,12 @@ class OwnReports:
         end = start + shortest
         return end
 
-    def prune(self, acked: int) -> None:
+    def prune(self, acked: int, sent_before: float) -> None:
         """Forget what no peer can still hold: reports before `acked` (every live peer's
-        acknowledgement is at or after it)."""
-        while len(self.sent) > 1 and self.sent[0][0] < acked:
+        acknowledgement is at or after it). A send time is kept until `sent_before` as well: a
+        member we do not know yet may acknowledge a report we sent before we heard it, and
+        its lease counts from that report."""
+        while len(self.sent) > 1 and self.sent[0][0] < acked and self.sent[0][1] < sent_before:
             self.sent.popleft()
         for name in list(self.history):
             history = self.history[name]
