@@ -65,7 +65,10 @@ def test_the_run_is_the_partition_the_issue_describes(figures: dict[str, Any]) -
     # daemon's brokers still reach it: it answered them (it admitted in the cut's first second,
     # before its lease ended) and it answered /readyz over their link, saying it lost the broker.
     during = _phase(fig, fig["cut_at_s"], fig["heal_at_s"])
-    assert all(r["d1"] > 0 and r["d2"] > 0 for r in during), during
+    # (The others admit nothing for a moment a few seconds in: their leases count from d3's last
+    # acknowledgement and end before they evict it, docs/design/protocol.md "What the guarantee
+    # costs". From then on they admit every second.)
+    assert all(r["d1"] > 0 and r["d2"] > 0 for r in during[5:]), during
     assert during[0]["d3"] > 0, during[0]
     assert fig["not_ready_says"].get("status") == 503, fig["not_ready_says"]
     # And it came back once the link did.
@@ -82,6 +85,8 @@ def test_the_issue_criteria_hold_through_the_partition(figures: dict[str, Any]) 
         assert fig["worst_over_pct"][phase] <= 10.0, (phase, fig["worst_over_pct"])
     says = fig["not_ready_says"]
     assert fig["not_ready_after_s"] is not None and fig["not_ready_after_s"] <= 5.0, fig["not_ready_after_s"]
-    assert says.get("ready") is False and (says.get("broker_unresponsive") or says.get("broker_connected") is False), \
-        says
+    # Why: its lease ended (nobody acknowledges it), or its broker does not answer, whichever it saw first.
+    why = (says.get("lease") or {}).get("why")
+    broker_down = says.get("broker_unresponsive") or says.get("broker_connected") is False
+    assert says.get("ready") is False and (why or broker_down), says
     assert fig["fair_after_heal_s"] is not None and fig["fair_after_heal_s"] <= 3.0, fig["fair_after_heal_s"]
