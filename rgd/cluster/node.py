@@ -42,6 +42,8 @@ __all__ = [
 
 REJECT_OWN = "own"  # our own report back from the topic: not an error
 MAX_LEASE_FACTOR = 3.0  # a lease never grows beyond this many configured leases, however slow the round trips
+MIN_WINDOW = 0.001  # seconds: a window is never taken as shorter (a bucket born this instant)
+EARLY_WINDOW_TICKS = 0.2  # a group with demand is measured over at least this much of a tick
 EARLY_MIN_MESSAGES = 2.0  # ... and a rise of more than this many messages in the window
 
 
@@ -330,16 +332,26 @@ class ClusterNode:
         tick = self.config.tick_seconds
         scaled: dict[tuple[str, str], Collected] = {}
         states = self.limiter.states
-        shortest = self.config.react_seconds - 1e-9  # a report measures demand over a react interval at least
-        keys = [k for k in states if (names is None or k[0] in names) and now - self._mark_of(k, now)[0] >= shortest]
+        keys = [k for k in states if (names is None or k[0] in names)
+                and now - self._mark_of(k, now)[0] >= self._shortest_window(k[0])]
         for key in keys:
             at, counted = self._mark_of(key, now)
-            f = tick / (now - at)
+            f = tick / max(now - at, MIN_WINDOW)
             am, ab, tm, tb, sm, sb = (round((v - c) * f) for v, c in zip(_totals(states[key]), counted, strict=True))
             counters = TickCounters(am, ab, tm, tb, shadow_throttled_messages=sm, shadow_throttled_bytes=sb)
             c = collected.get(key) if collected is not None else None
             scaled[key] = Collected(counters, c.namespaces if c else frozenset(), c.topics if c else 0)
         return group_entries(scaled, states, self.groups(), sorted({g for g, _ in keys}))
+
+    def _shortest_window(self, group: str) -> float:
+        """The shortest window a group's demand is measured over: none for its first demand (the
+        first react after it reports it: a new group's first second matters), a fifth of a tick
+        once it has some (a few
+        asks in a shorter window read as noise, and the acknowledged minimum over noisy
+        figures sits below the demand)."""
+        if self.own.latest(group) is None:
+            return 0.0
+        return max(self.config.react_seconds, EARLY_WINDOW_TICKS * self.config.tick_seconds) - 1e-9
 
     def _mark_of(self, key: tuple[str, str], now: float) -> tuple[float, tuple[int, ...]]:
         """The (group, kind)'s mark: where its current window starts, and its cumulative counts
@@ -488,8 +500,8 @@ class ClusterNode:
         out = set()
         for key, st in self.limiter.states.items():
             at, (am, _ab, tm, _tb, _sm, _sb) = self._mark_of(key, now)
-            span = now - at
-            if span < self.config.react_seconds - 1e-9:
+            span = max(now - at, MIN_WINDOW)
+            if span < self._shortest_window(key[0]):
                 continue
             demand = st.total_admitted_messages + st.total_throttled_messages - am - tm
             if demand <= EARLY_MIN_MESSAGES:

@@ -172,8 +172,8 @@ class UsageMap:
         return member, report.sequence - member.sequence - 1
 
     def _apply(self, sender: str, member: Member, report: UsageReport, now: float) -> frozenset[str]:
-        """The report's entries into the map (an idle entry drops the group; a whole-state
-        report, base 0, drops every group it does not name); the groups that changed."""
+        """The report's entries into the map (a whole-state report, base 0, drops every group
+        it does not name: absent there is idle); the groups that changed."""
         changed: set[str] = set()
         if report.base == 0:
             named = {g.group for g in report.groups}
@@ -181,13 +181,9 @@ class UsageMap:
                 self._drop(sender, member, name)
                 changed.add(name)
         tick_s = max(report.tick_ms, 1) / 1000.0
-        for g in report.groups:
+        for g in report.groups:  # an idle entry is kept: /stats shows every member's last report
             changed.add(g.group)
-            usage = entry_usage(g, tick_s)
-            if usage.idle:
-                self._drop(sender, member, g.group)
-                continue
-            self.groups.setdefault(g.group, {})[sender] = Entry(usage, now)
+            self.groups.setdefault(g.group, {})[sender] = Entry(entry_usage(g, tick_s), now)
             member.groups.add(g.group)
         return frozenset(changed)
 
@@ -199,11 +195,6 @@ class UsageMap:
 
     def set_local(self, self_id: str, group: str, usage: PeerUsage, now: float) -> None:
         """Our own entry as peers will hold it (for /stats and the calculator's view)."""
-        if usage.idle:
-            entries = self.groups.get(group)
-            if entries is not None and entries.pop(self_id, None) is not None and not entries:
-                del self.groups[group]
-            return
         self.groups.setdefault(group, {})[self_id] = Entry(usage, now)
 
     def evict(self, daemon: str, now: float = 0.0) -> None:

@@ -44,7 +44,7 @@ def test_receivers_read_a_silent_kind_and_its_absence_alike() -> None:
     offs = np.array([0, len(payloads[0])], np.int64)
     lens = np.array([len(p) for p in payloads], np.int64)
     _, _, counts, lims, ng = decode_reports(buf, offs, lens, 8, REPORT_FIELDS, GROUP_FIELDS, KIND_SLOTS,
-                                            KIND_FIELDS, PER_KIND * len(DECODED_KINDS))
+                                            KIND_FIELDS, PER_KIND * len(DECODED_KINDS), np.zeros(2, np.bool_))
     assert ng == 2
     np.testing.assert_array_equal(counts[0], counts[1])
     np.testing.assert_array_equal(lims[0], lims[1])
