@@ -137,6 +137,7 @@ class Daemon:
         self.usage_log: UsageLog | None = None
         self.listeners = HttpListeners()
         self._lease_was_valid = False
+        self._ack_asked = asyncio.Event()  # a report that asks for our acknowledgement is waiting
         self.log_guard: LogGuard | None = None  # every log call goes through it: a full disk never stops a tick
         self.started = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -433,6 +434,8 @@ class Daemon:
                 self.inbox_bytes -= self.inbox.get_nowait().size
                 self.metrics.reports_rejected.labels("inbox_full").inc()
             self.inbox.put_nowait(item)
+            if report.ack_wanted:
+                self._ack_asked.set()
             self.inbox_bytes += item.size
 
     async def _config_loop(self, session: PulsarSession) -> None:
@@ -540,9 +543,16 @@ class Daemon:
                 self.gc_pacer.after_tick()
 
     async def _react_loop(self) -> None:
+        """A react every react interval, and at once when a report that asks for our
+        acknowledgement arrives: a peer's rise waits a round trip for every member's answer,
+        so the answer goes out as soon as the report is folded and applied."""
         interval = self.node.config.react_seconds
         while True:
-            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(self._ack_asked.wait(), interval)
+            except TimeoutError:
+                pass
+            self._ack_asked.clear()
             started = time.perf_counter()
             try:
                 await self.react()
