@@ -177,8 +177,9 @@ class _Peer:
                                       0, 0, 0, 0)
         send, _ = select_reports(RGD_SUPPRESSION, self.state, current)
         self.sequence += 1
+        # What changed since its previous report (every receiver holds that one here): base.
         rep = UsageReport(daemon_id=self.id, sequence=self.sequence, publish_time_ms=_publish_ms(tick),
-                          tick_ms=1000, incarnation=1)
+                          tick_ms=1000, incarnation=1, base=self.sequence - 1)
         for name in sorted(send):
             g, adm, thr = usage[name]
             gu = GroupUsage(group=name, namespaces=[namespace_name(g)], topics=3)
@@ -211,7 +212,7 @@ def _fold_all(payloads: list[list[bytes]], keep: set[str] | None, traced: bool) 
         started = time.perf_counter()
         for data in reports:
             rep = decode_report(data, _publish_ms(tick), "scale-focus", 1, scope=scope)
-            um.fold(rep, float(tick))
+            um.fold(rep, float(tick), 0)
         spent.append(time.perf_counter() - started)
     gc.collect()
     size = 0

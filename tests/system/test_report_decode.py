@@ -267,7 +267,7 @@ def _schema_variant():
     extra.CopyFrom(kind_field)
     extra.name, extra.json_name, extra.number = "storage", "storage", 7
     next(f for f in msgs["UsageReport"].field if f.name == "sequence").number = 20
-    next(f for f in msgs["KindUsage"].field if f.name == "admitted_messages").number = 9
+    next(f for f in msgs["KindUsage"].field if f.name == "admitted_messages").number = 11
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"rgdvariant.v1.{n}"))
@@ -300,7 +300,7 @@ def test_decoder_follows_the_schema_new_kind_and_renumbered_fields() -> None:
     gf = field_numbers(GroupFields, V["GroupUsage"].DESCRIPTOR, {"group": "string"})
     kf = field_numbers(KindFields, V["KindUsage"].DESCRIPTOR,
                        {**{n: "varint" for n in COUNT_FIELDS}, **{n: "double" for n in LIMIT_FIELDS}})
-    assert kf.admitted_messages == 9
+    assert kf.admitted_messages == 11
     slots = kind_slots(V["GroupUsage"].DESCRIPTOR, kinds)
     rng = random.Random(3)
     reports = []
