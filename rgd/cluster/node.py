@@ -152,6 +152,7 @@ class ClusterNode:
         self.dirty: set[str] = set()
         self.all_dirty = True
         self.ack_due = False
+        self._asked_at = 0  # our latest report that asked for acknowledgements
         self.left = False
         # Our own latest report the topic carried back to us (settling measures the delay on
         # it), and when the topic last carried anything to us, ours or a peer's: a daemon that
@@ -218,6 +219,11 @@ class ClusterNode:
 
     def members(self) -> set[str]:
         return {*self.usage_map.members, self.node_id}
+
+    def awaiting_acks(self) -> bool:
+        """Whether some live member has not yet acknowledged our latest report that asked for it
+        (the daemon then folds an answer as soon as it arrives, not at its next react)."""
+        return self._asked_at > 0 and self._acked() < self._asked_at
 
     def _acked(self) -> int:
         """The oldest of our sequences a live member acknowledged (ours if we are alone)."""
@@ -396,6 +402,8 @@ class ClusterNode:
                                 for n, gu in fresh.items())
         fallen = {n for n, gu in fresh.items() if _demand(peer_usage(gu, tick_s)) < _demand(self.own.latest(n))}
         report.groups.extend(entries[n] for n in sorted(entries))
+        if report.ack_wanted:
+            self._asked_at = self.own.sequence + 1
         self.namespaces_trimmed += bound_report(report).namespaces
         parts = [report]
         cuts = split_points(report, MAX_REPORT_BYTES)

@@ -434,7 +434,7 @@ class Daemon:
                 self.inbox_bytes -= self.inbox.get_nowait().size
                 self.metrics.reports_rejected.labels("inbox_full").inc()
             self.inbox.put_nowait(item)
-            if report.ack_wanted:
+            if report.ack_wanted or (self.node.awaiting_acks() and self.node.tag in report.ack_members):
                 self._ack_asked.set()
             self.inbox_bytes += item.size
 
@@ -544,8 +544,8 @@ class Daemon:
 
     async def _react_loop(self) -> None:
         """A react every react interval, and at once when a report that asks for our
-        acknowledgement arrives: a peer's rise waits a round trip for every member's answer,
-        so the answer goes out as soon as the report is folded and applied."""
+        acknowledgement arrives, or one that answers ours while we wait for answers: a rise waits
+        a round trip for every member's answer, so neither leg waits for a react interval."""
         interval = self.node.config.react_seconds
         while True:
             try:
