@@ -154,10 +154,8 @@ class ClusterNode:
         self.ack_due = False
         self._asked_at = 0  # our latest report that asked for acknowledgements
         self.left = False
-        # Our own latest report the topic carried back to us (settling measures the delay on
-        # it), and when the topic last carried anything to us, ours or a peer's: a daemon that
-        # hears nothing for a lease is cut off, whoever it still counts as members.
-        self.echoed = 0
+        # When the topic last carried anything to us, ours or a peer's: a daemon that hears
+        # nothing for a lease is cut off, whoever it still counts as members.
         self.heard_at: float | None = None
         self.namespaces_trimmed = 0  # namespace names left out of reports, not yet counted by the daemon
         # Per (group, kind): our clock and the cumulative counters at the group's last report
@@ -200,11 +198,10 @@ class ClusterNode:
         OwnReports.lease_end; and a lease after we last heard the topic at all (alone, or beside
         members that never acknowledged us, that is what ends it when we are cut off). A react
         interval early, since our limits move only at a react. A member that never acknowledged
-        us does not count:
-        it has heard us and counts us as busy until it holds our state, or it has not and is
+        us does not count: it has heard us and counts us as busy until it holds our state, or it has not and is
         still settling (P3), admitting nothing. One that acknowledged us and no longer does has
         dropped us: it may be taking our share, so we admit nothing until it holds us again."""
-        acks = [m.acked_us if m.holds_us else 0 for m in self.usage_map.members.values() if m.acked_us]
+        acks = [m.holds_of_us for m in self.usage_map.members.values() if m.acked_us]
         heard = -math.inf if self.heard_at is None else self.heard_at + self.config.lease_seconds
         return min(self.own.lease_end(acks), heard) - self.config.react_seconds
 
@@ -214,8 +211,7 @@ class ClusterNode:
     def unacknowledging(self, now: float) -> list[str]:
         """Members whose acknowledgement of us is too old to keep our lease (readiness)."""
         return sorted(d for d, m in self.usage_map.members.items()
-                      if m.acked_us and (not m.holds_us
-                                         or self.own.lease_end([m.acked_us]) - self.config.react_seconds <= now))
+                      if m.acked_us and self.own.lease_end([m.holds_of_us]) - self.config.react_seconds <= now)
 
     def members(self) -> set[str]:
         return {*self.usage_map.members, self.node_id}
@@ -228,7 +224,7 @@ class ClusterNode:
     def _acked(self) -> int:
         """The oldest of our sequences a live member acknowledged (ours if we are alone)."""
         members = self.usage_map.members.values()
-        return min((m.acked_us if m.holds_us else 0 for m in members), default=self.own.sequence)
+        return min((m.holds_of_us for m in members), default=self.own.sequence)
 
     # -- limits -----------------------------------------------------------------------------
 
@@ -556,7 +552,6 @@ class ClusterNode:
     def fold(self, report: UsageReport, now: float) -> FoldOutcome:
         if report.daemon_id == self.node_id:
             if report.incarnation == self.incarnation:
-                self.echoed = max(self.echoed, report.sequence)
                 self.heard_at = now
             if self.settled_at is None and report.incarnation == self.incarnation:
                 # Listening from now (or our start) for a tick plus the delay this echo took.

@@ -58,6 +58,11 @@ class Member:
     groups: set[str] = field(default_factory=set)  # groups it has an entry for here
 
     @property
+    def holds_of_us(self) -> int:
+        """The sequence of ours whose state it holds now (0: nothing, or it dropped us)."""
+        return self.acked_us if self.holds_us else 0
+
+    @property
     def in_sync(self) -> bool:
         return self.held > 0
 
