@@ -164,6 +164,7 @@ class ClusterNode:
         self._lease_was_valid = False
         # Round trips (send -> acknowledgement) measured lately: (our clock, seconds).
         self._round_trips: list[tuple[float, float]] = []
+        self._echo_delays: list[tuple[float, float]] = []  # (our clock, seconds) our reports took to come back
         # Groups as last applied, and per recent config change the groups it changed, as they
         # were, until when a peer's report may still have been counted under them.
         self._applied_groups: dict[str, ResourceGroup] = dict(groups())
@@ -184,13 +185,18 @@ class ClusterNode:
         last few ticks: how long a lease must be to be renewed before it ends."""
         horizon = now - 5 * self.config.tick_seconds
         self._round_trips = [(at, rtt) for at, rtt in self._round_trips if at >= horizon]
-        return max((rtt for _, rtt in self._round_trips), default=0.0)
+        self._echo_delays = [(at, d) for at, d in self._echo_delays if at >= horizon]
+        # Before a peer answered: the topic's delay both ways (our echo's) and a peer's react.
+        echoed = 2 * max((d for _, d in self._echo_delays), default=0.0) + 2 * self.config.react_seconds
+        return max([echoed, *(rtt for _, rtt in self._round_trips)])
 
     def announced_lease(self, now: float) -> float:
         """The lease our reports announce: the configured one, or a tick more than a round
         trip where that is longer (a lease shorter than a round trip could never be renewed).
         Safety does not depend on the value: peers evict us by what we announced."""
         longest = MAX_LEASE_FACTOR * self.config.lease_seconds
+        if self.settled_at is None:
+            return longest
         return min(longest, max(self.config.lease_seconds, self.round_trip(now) + self.config.tick_seconds))
 
     def lease_end(self) -> float:
@@ -553,6 +559,8 @@ class ClusterNode:
         if report.daemon_id == self.node_id:
             if report.incarnation == self.incarnation:
                 self.heard_at = now
+                if (sent := self._sent_at(report.sequence)) > -math.inf:
+                    self._echo_delays.append((now, now - sent))
             if self.settled_at is None and report.incarnation == self.incarnation:
                 # Listening from now (or our start) for a tick plus the delay this echo took.
                 delay = max(0.0, now - self._sent_at(report.sequence))

@@ -94,27 +94,18 @@ class OwnReports:
         return sorted(n for n, h in self.history.items() if h and h[-1][1] is not None)
 
     def lease_end(self, acked: Iterable[int]) -> float:
-        """Until when peers that acknowledged these sequences keep us (our clock): the send
-        time of the oldest acknowledged report, plus the shortest lease announced since.
+        """Until when peers that acknowledged these sequences keep us (our clock). A peer evicts
+        us the lease announced in the last report it heard after hearing it; that report is one
+        of ours at or after the oldest acknowledged, and it heard it no earlier than we sent it:
+        so no peer evicts us before the earliest send time plus announced lease among them.
         -inf when some peer acknowledged nothing (it may not know us)."""
         acks = list(acked)
         if not acks:
             return math.inf
         oldest = min(acks)
-        if oldest <= 0:
-            return -math.inf
-        end = math.inf
-        start = None
-        shortest = math.inf
-        for seq, at, lease in self.sent:
-            if seq == oldest:
-                start = at
-            if seq >= oldest:
-                shortest = min(shortest, lease)
-        if start is None:
+        if oldest <= 0 or not self.sent or self.sent[0][0] > oldest:
             return -math.inf  # pruned: older than anything we keep, so long past
-        end = start + shortest
-        return end
+        return min((at + lease for seq, at, lease in self.sent if seq >= oldest), default=-math.inf)
 
     def prune(self, acked: int, sent_before: float) -> None:
         """Forget what no peer can still hold: reports before `acked` (every live peer's
