@@ -165,6 +165,7 @@ class ClusterNode:
         # Round trips (send -> acknowledgement) measured lately: (our clock, seconds).
         self._round_trips: list[tuple[float, float]] = []
         self._echo_delays: list[tuple[float, float]] = []  # (our clock, seconds) our reports took to come back
+        self._echoed = False
         # Groups as last applied, and per recent config change the groups it changed, as they
         # were, until when a peer's report may still have been counted under them.
         self._applied_groups: dict[str, ResourceGroup] = dict(groups())
@@ -192,11 +193,16 @@ class ClusterNode:
 
     def announced_lease(self, now: float) -> float:
         """The lease our reports announce: the configured one, or a tick more than a round
-        trip where that is longer (a lease shorter than a round trip could never be renewed).
-        Safety does not depend on the value: peers evict us by what we announced."""
+        trip where that is longer (a lease shorter than a round trip could never be renewed);
+        the longest before our first echo told us the topic's delay (the reports a peer
+        acknowledges first are those). Safety does not depend on the value: peers evict us by
+        what we announced."""
+        if not self._echoed:
+            return MAX_LEASE_FACTOR * self.config.lease_seconds
+        return self._measured_lease(now)
+
+    def _measured_lease(self, now: float) -> float:
         longest = MAX_LEASE_FACTOR * self.config.lease_seconds
-        if self.settled_at is None:
-            return longest
         return min(longest, max(self.config.lease_seconds, self.round_trip(now) + self.config.tick_seconds))
 
     def lease_end(self) -> float:
@@ -320,7 +326,7 @@ class ClusterNode:
         changed = {name: old for name, old in self._applied_groups.items()
                    if (new := groups.get(name)) is not None and new != old}
         if changed:
-            self._earlier.append((now + self.announced_lease(now) + self.config.tick_seconds, changed))
+            self._earlier.append((now + self._measured_lease(now) + self.config.tick_seconds, changed))
         self._applied_groups = dict(groups)
         for name in {g for g, _ in self.limiter.states} - set(groups):
             self.limiter.forget(name)
@@ -561,6 +567,7 @@ class ClusterNode:
                 self.heard_at = now
                 if (sent := self._sent_at(report.sequence)) > -math.inf:
                     self._echo_delays.append((now, now - sent))
+                    self._echoed = True
             if self.settled_at is None and report.incarnation == self.incarnation:
                 # Listening from now (or our start) for a tick plus the delay this echo took.
                 delay = max(0.0, now - self._sent_at(report.sequence))

@@ -58,15 +58,45 @@ def test_own_demand_counts_as_the_smallest_state_a_peer_may_hold() -> None:
     assert own.as_held("g", 4) is None
 
 
-def test_the_lease_ends_the_lease_after_the_oldest_acknowledged_send() -> None:
+def test_the_lease_ends_at_the_earliest_send_plus_announced_lease_since_the_oldest_acknowledgement() -> None:
     own = OwnReports()
     own.record(1, 10.0, 3.0, {})
     own.record(2, 11.0, 5.0, {})
-    own.record(3, 12.0, 2.0, {})  # a shorter lease announced later counts: peers evict by the newest
-    assert own.lease_end([2, 3]) == 11.0 + 2.0  # oldest acknowledged: 2, sent at 11; shortest since: 2
-    assert own.lease_end([3]) == 12.0 + 2.0
+    own.record(3, 12.0, 2.0, {})  # a shorter lease announced later counts: peers evict by the newest they heard
+    own.record(4, 13.0, 9.0, {})
+    # A peer that acknowledged 2 last heard 2, 3 or 4 (or a later one): it evicts us no earlier
+    # than min(11 + 5, 12 + 2, 13 + 9) = 14.
+    assert own.lease_end([2, 4]) == 14.0
+    assert own.lease_end([3]) == 14.0
+    assert own.lease_end([4]) == 22.0
     assert own.lease_end([0, 3]) == -math.inf  # a member that acknowledged nothing may not know us
     assert own.lease_end([]) == math.inf
+
+
+def test_a_long_lease_announced_early_is_not_cut_by_a_short_one_sent_much_later() -> None:
+    """The send time of the report a peer last heard counts, not the oldest one's: a lease of
+    9 s sent at 0 and one of 3 s sent at 5 keep us until 8 (0 + 3 would end it at 3)."""
+    own = OwnReports()
+    own.record(1, 0.0, 9.0, {})
+    own.record(2, 5.0, 3.0, {})
+    assert own.lease_end([1]) == 8.0
+
+
+def test_reports_announce_a_lease_longer_than_the_round_trip_the_echo_measured() -> None:
+    """Before any peer answered, the round trip is taken as our echo's delay both ways plus a
+    peer's react: at a delay of 0.8 s, a 1 s tick and a 0.1 s react, a report announces
+    2 * 0.8 + 2 * 0.1 + 1 = 2.8 s over a configured 2 s lease; before the echo, the longest
+    (3 x 2 s), since the delay is unknown."""
+    clock = FakeClock(0.0)
+    node = ClusterNode(NodeConfig("a", lease_ticks=2.0), 1, clock, lambda: {})
+    assert node.announced_lease(0.0) == pytest.approx(6.0)
+    hello = node.hello_report(0.0)[0]
+    assert hello.lease_ms == 6000
+    clock.t = 0.8
+    assert node.fold(hello, 0.8).reason == REJECT_OWN
+    assert node.announced_lease(0.8) == pytest.approx(2.8)
+    clock.t = 10.0  # the sample ages out after 5 ticks: the configured lease again
+    assert node.announced_lease(10.0) == pytest.approx(2.0)
 
 
 # -- the usage map: versioned state -------------------------------------------------------------
