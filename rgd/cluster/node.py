@@ -233,10 +233,29 @@ class ClusterNode:
         (the daemon then folds an answer as soon as it arrives, not at its next react)."""
         return self._asked_at > 0 and self._acked() < self._asked_at
 
+    def _subscribed_before(self) -> float:
+        """How long before its first report reached us a member may have subscribed: the
+        topic's delay (the longest our recent echoes took; the settling premise P3 takes the
+        same) and a tick between a daemon's subscription and its first report."""
+        return max((d for _, d in self._echo_delays), default=0.0) + self.config.tick_seconds
+
     def _acked(self) -> int:
         """The oldest of our sequences a live member acknowledged (ours if we are alone)."""
         members = self.usage_map.members.values()
         return min((m.holds_of_us for m in members), default=self.own.sequence)
+
+    def _oldest_held(self, now: float) -> int:
+        """The oldest of our sequences whose state a live member may hold (the acknowledged
+        minimum counts our demand from it). A member that has not acknowledged us yet holds
+        nothing of ours or a state it heard since it subscribed, which was no earlier than its
+        first report's delivery less `_subscribed_before`: the state as of then, not our whole
+        history. One that acknowledged us and no longer does may hold anything (and has ended
+        our lease)."""
+        floor = self.own.sequence
+        lookback = self._subscribed_before()
+        for m in self.usage_map.members.values():
+            floor = min(floor, m.holds_of_us if m.acked_us else self.own.sent_before(m.joined - lookback))
+        return floor
 
     # -- limits -----------------------------------------------------------------------------
 
@@ -254,7 +273,7 @@ class ClusterNode:
             view[self.node_id] = ours
         else:
             view.pop(self.node_id, None)
-        previous = self.own.as_held(group.name, self._acked()) if self.config.guarded else UNSET
+        previous = self.own.as_held(group.name, self._oldest_held(self.clock.now())) if self.config.guarded else UNSET
         return CalculatorCall(group, view, self.node_id, frozenset(self.members()), self.config.strategy,
                               self.config.params, previous, True)
 
@@ -606,5 +625,7 @@ class ClusterNode:
         self.usage_map.forget_departed(now)
         if silent:
             self.all_dirty = True
-        self.own.prune(self._acked(), now - MAX_LEASE_FACTOR * self.config.lease_seconds)
+        # Our recent states stay: a member we learn of next may hold any of them.
+        keep = min(self._acked(), self.own.sent_before(now - self._subscribed_before()))
+        self.own.prune(keep, now - MAX_LEASE_FACTOR * self.config.lease_seconds)
         return silent

@@ -85,6 +85,15 @@ class OwnReports:
             smallest = usage if smallest is None else min_usage(smallest, usage)
         return smallest
 
+    def sent_before(self, at: float) -> int:
+        """The last of our sequences sent at or before `at` (the first we keep if none is)."""
+        last = self.sent[0][0] if self.sent else 0
+        for seq, sent_at, _ in self.sent:
+            if sent_at > at:
+                break
+            last = seq
+        return last
+
     def changed_after(self, base: int) -> list[str]:
         """Groups named by a report after `base` (sorted)."""
         return sorted(n for n, s in self.named_at.items() if s > base)
