@@ -335,6 +335,32 @@ def test_a_healed_node_takes_its_share_again_once_its_peers_acknowledge_it() -> 
     assert topic.limits() == pytest.approx({"a": 33.3, "b": 33.3, "c": 33.3}, abs=1.0)
 
 
+def test_a_peers_restart_leaves_the_others_their_shares_and_the_sum_within_the_quota() -> None:
+    """A restarted peer holds nothing of ours, or a state we reported since it subscribed: the
+    others go on counting their demand as of then (60 all along), not as idle, so they keep
+    their shares while it settles; the limits never sum over the quota."""
+    topic = started(["a", "b", "c"])
+    topic.run(3.0, {"a": 60, "b": 60, "c": 60})
+    assert topic.limits() == pytest.approx({"a": 33.3, "b": 33.3, "c": 33.3}, abs=1.0)
+    restarted = ClusterNode(NodeConfig("c", TICK, react_seconds=REACT), 2, topic.clock, lambda: topic.groups)
+    restarted.limiter.state(QUOTA, "publish")
+    topic.nodes["c"] = restarted
+    topic.publish("c", restarted.hello_report(topic.clock.now()))
+    lowest = {"a": math.inf, "b": math.inf}
+    sums: list[float] = []
+
+    def check() -> None:
+        lim = topic.limits()
+        sums.append(sum(lim.values()))
+        for i in lowest:
+            lowest[i] = min(lowest[i], lim[i])
+
+    topic.run(4.0, {"a": 60, "b": 60, "c": 60}, check=check)
+    assert max(sums) <= 100.0 + 1e-6
+    assert min(lowest.values()) >= 30.0  # a floor (2 % of the quota) where it counted itself idle
+    assert topic.limits() == pytest.approx({"a": 33.3, "b": 33.3, "c": 33.3}, abs=1.0)
+
+
 # -- the clock ------------------------------------------------------------------------------------
 
 
