@@ -262,7 +262,7 @@ class ClusterNode:
     def _initial_limits(self, group: ResourceGroup, kind: str) -> tuple[float, float]:
         return self.limits_for(group)[kind]
 
-    def _call(self, group: ResourceGroup) -> CalculatorCall:
+    def _call(self, group: ResourceGroup, oldest_held: int) -> CalculatorCall:
         view = dict(self.usage_map.group_usage(group.name))
         busy = None
         for d, m in self.usage_map.members.items():
@@ -273,7 +273,7 @@ class ClusterNode:
             view[self.node_id] = ours
         else:
             view.pop(self.node_id, None)
-        previous = self.own.as_held(group.name, self._oldest_held(self.clock.now())) if self.config.guarded else UNSET
+        previous = self.own.as_held(group.name, oldest_held) if self.config.guarded else UNSET
         return CalculatorCall(group, view, self.node_id, frozenset(self.members()), self.config.strategy,
                               self.config.params, previous, True)
 
@@ -281,7 +281,7 @@ class ClusterNode:
         now = self.clock.now() if now is None else now
         if not self.lease_valid(now):
             return {k: tuple(0.0 if r >= 0 else math.inf for r in group.rates(k)) for k in KINDS}  # type: ignore[misc]
-        return calculate_many([self._call(group)])[0]
+        return calculate_many([self._call(group, self._oldest_held(now))])[0]
 
     def recompute(self, names: set[str] | None = None, now: float | None = None) -> None:
         """New limits for the groups we serve (`names` of them, or all), then acknowledge what
@@ -292,7 +292,8 @@ class ClusterNode:
         targets = [groups[n] for n in served if n in groups and (names is None or n in names)]
         valid = self.lease_valid(now)
         if valid:
-            limits = calculate_many([self._call(g) for g in targets])
+            oldest_held = self._oldest_held(now)
+            limits = calculate_many([self._call(g, oldest_held) for g in targets])
         else:
             limits = [self.limits_for(g, now) for g in targets]
         for group, lim in zip(targets, limits, strict=True):
