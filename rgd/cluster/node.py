@@ -119,6 +119,14 @@ def _totals(st: KindState) -> tuple[int, ...]:
             st.total_throttled_bytes, st.total_shadow_throttled_messages, st.total_shadow_throttled_bytes)
 
 
+def _rate(totals: tuple[int, ...], mark: tuple[float, tuple[int, ...]], now: float) -> tuple[float, float]:
+    """Demand (messages, bytes) a second since `mark`, from cumulative totals."""
+    at, counted = mark
+    span = max(now - at, MIN_WINDOW)
+    return ((totals[0] - counted[0] + totals[2] - counted[2]) / span,
+            (totals[1] - counted[1] + totals[3] - counted[3]) / span)
+
+
 def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
     if usage is None:
         return (0.0,) * (2 * len(KINDS))
@@ -161,6 +169,7 @@ class ClusterNode:
         # Per (group, kind): our clock and the cumulative counters at the group's last report
         # (a report's figures are the rates since then, so every figure is one window's).
         self._marks: dict[tuple[str, str], tuple[float, tuple[int, ...]]] = {}
+        self._tick_marks: dict[tuple[str, str], tuple[float, tuple[int, ...]]] = {}  # ... and at our last tick
         self._lease_was_valid = False
         # Round trips (send -> acknowledgement) measured lately: (our clock, seconds).
         self._round_trips: list[tuple[float, float]] = []
@@ -353,6 +362,7 @@ class ClusterNode:
             self.own.forget(name)
             for kind in KINDS:
                 self._marks.pop((name, kind), None)
+                self._tick_marks.pop((name, kind), None)
             self.suppression.last_sent.pop(name, None)
             self.suppression.skipped.pop(name, None)
         self.all_dirty = True
@@ -362,7 +372,10 @@ class ClusterNode:
     def _window_entries(self, now: float, collected: Mapping[tuple[str, str], Collected] | None,
                         names: list[str] | None = None) -> dict[str, GroupUsage]:
         """Each group's figures since its last report, as counts per tick (so every report's
-        figures read at one tick length whatever window they were measured over)."""
+        figures read at one tick length whatever window they were measured over). At a tick
+        (`collected` given), over the whole tick instead where that reads higher: after an early
+        report of a burst, the rest of the tick alone would read below the demand, and our own
+        demand counts as the smallest of our recent figures."""
         tick = self.config.tick_seconds
         scaled: dict[tuple[str, str], Collected] = {}
         states = self.limiter.states
@@ -370,8 +383,12 @@ class ClusterNode:
                 and now - self._mark_of(k, now)[0] >= self._shortest_window(k[0])]
         for key in keys:
             at, counted = self._mark_of(key, now)
+            totals = _totals(states[key])
+            since_tick = self._tick_marks.get(key) if collected is not None else None
+            if since_tick is not None and since_tick[0] < at and _rate(totals, since_tick, now) > _rate(totals, (at, counted), now):
+                at, counted = since_tick
             f = tick / max(now - at, MIN_WINDOW)
-            am, ab, tm, tb, sm, sb = (round((v - c) * f) for v, c in zip(_totals(states[key]), counted, strict=True))
+            am, ab, tm, tb, sm, sb = (round((v - c) * f) for v, c in zip(totals, counted, strict=True))
             counters = TickCounters(am, ab, tm, tb, shadow_throttled_messages=sm, shadow_throttled_bytes=sb)
             c = collected.get(key) if collected is not None else None
             scaled[key] = Collected(counters, c.namespaces if c else frozenset(), c.topics if c else 0)
@@ -501,6 +518,7 @@ class ClusterNode:
                  for n in send}
         parts = self._report(now, fresh)
         self._mark(now, list(entries))
+        self._tick_marks = {key: (now, _totals(st)) for key, st in self.limiter.states.items()}
         self.ticks += 1
         self.limiter.recompute_at = now + self.config.react_seconds
         rates = {key: (c.counters.admitted_messages / tick_s, c.counters.admitted_bytes / tick_s)

@@ -361,6 +361,33 @@ def test_a_peers_restart_leaves_the_others_their_shares_and_the_sum_within_the_q
     assert topic.limits() == pytest.approx({"a": 33.3, "b": 33.3, "c": 33.3}, abs=1.0)
 
 
+def test_a_tick_after_an_early_report_of_a_burst_reports_the_whole_ticks_demand() -> None:
+    """40 asks a second, all in bursts at the start of each tick: the early report reads the
+    burst (200/s over its fifth of a tick); the rest of the tick alone would read 0, and our own
+    demand counts as the smallest of our recent figures. The tick report reads the whole tick:
+    40."""
+    topic = started(["a", "b"])
+    node = topic.nodes["a"]
+    topic.run(2.0, {"a": 40, "b": 40})
+    figures: list[float] = []
+    for _ in range(3):
+        for step in range(10):
+            topic.clock.t = round(topic.clock.t + REACT, 9)
+            ticking = step == 9
+            if step < 2:
+                topic.ask("a", 20)
+            if ticking:
+                out = node.tick_report(topic.clock.now())
+                topic.publish("a", out.parts)
+                gu = next(g for g in out.report.groups if g.group == "g")
+                figures.append(gu.publish.admitted_messages + gu.publish.throttled_messages)
+                node.upkeep(topic.clock.now())
+            node.recompute_changed(topic.clock.now())
+            topic.publish("a", node.react(topic.clock.now()))
+            topic.deliver()
+    assert figures == [40, 40, 40]
+
+
 # -- the clock ------------------------------------------------------------------------------------
 
 
