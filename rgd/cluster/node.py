@@ -384,9 +384,9 @@ class ClusterNode:
         for key in keys:
             at, counted = self._mark_of(key, now)
             totals = _totals(states[key])
-            since_tick = self._tick_marks.get(key) if collected is not None else None
-            if since_tick is not None and since_tick[0] < at and _rate(totals, since_tick, now) > _rate(totals, (at, counted), now):
-                at, counted = since_tick
+            tick_mark = self._tick_marks.get(key) if collected is not None else None
+            if tick_mark is not None and tick_mark[0] < at and _rate(totals, tick_mark, now) > _rate(totals, (at, counted), now):
+                at, counted = tick_mark
             f = tick / max(now - at, MIN_WINDOW)
             am, ab, tm, tb, sm, sb = (round((v - c) * f) for v, c in zip(totals, counted, strict=True))
             counters = TickCounters(am, ab, tm, tb, shadow_throttled_messages=sm, shadow_throttled_bytes=sb)
