@@ -385,7 +385,8 @@ class ClusterNode:
             at, counted = self._mark_of(key, now)
             totals = _totals(states[key])
             tick_mark = self._tick_marks.get(key) if collected is not None else None
-            if tick_mark is not None and tick_mark[0] < at and _rate(totals, tick_mark, now) > _rate(totals, (at, counted), now):
+            if (tick_mark is not None and tick_mark[0] < at
+                    and _rate(totals, tick_mark, now) > _rate(totals, (at, counted), now)):
                 at, counted = tick_mark
             f = tick / max(now - at, MIN_WINDOW)
             am, ab, tm, tb, sm, sb = (round((v - c) * f) for v, c in zip(totals, counted, strict=True))
