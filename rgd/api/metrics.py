@@ -335,8 +335,8 @@ class Metrics:
             "Members whose whole state we do not hold yet: counted as busy in every group (P3)", registry=r)
         self.round_trip = Gauge(
             "rgd_round_trip_seconds",
-            "Longest recent round trip (our report out, a peer's acknowledgement back): how soon an increase "
-            "of our demand is ours", registry=r)
+            "Longest recent round trip (our report out, a peer's acknowledgement back; at least twice our "
+            "report's echo delay plus two react intervals): how soon an increase of our demand is ours", registry=r)
         self.config_reloads = Counter("rgd_config_reloads", "Config file reloads, by result", ["result"], registry=r)
         self.config_changes = Counter("rgd_config_changes_applied", "Admin config changes applied", registry=r)
         self.config_rejected = Counter("rgd_config_changes_rejected", "Config topic messages rejected", registry=r)

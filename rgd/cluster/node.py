@@ -192,7 +192,8 @@ class ClusterNode:
 
     def round_trip(self, now: float) -> float:
         """The longest round trip (our report out -> a peer's acknowledgement back) of the
-        last few ticks: how long a lease must be to be renewed before it ends."""
+        last few ticks, and at least what a peer's answer takes: our echo's delay both ways and
+        a react interval at each end. How long a lease must be to be renewed before it ends."""
         horizon = now - 5 * self.config.tick_seconds
         self._round_trips = [(at, rtt) for at, rtt in self._round_trips if at >= horizon]
         self._echo_delays = [(at, d) for at, d in self._echo_delays if at >= horizon]
