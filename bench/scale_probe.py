@@ -70,17 +70,21 @@ import yaml
 
 from rgd.cluster.report_builder import drop_silent_kinds
 from rgd.cluster.report_codec import group_key_bytes
+from rgd.cluster.usage_map import member_tag
 from rgd.config.settings import DEFAULT_TOPIC
 from rgd.devtools.daemon_process import DaemonProcess
 from rgd.transport.embedded_broker import start_or_join
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 from sim.scale import ScaleSpec, daemon_id, group_name, members_of, namespace_name
 
-# The issue's bounds (Done when).
-P99_MS = 20.0
+# The bounds of issue 44 (Done when): acquire p99, the CPU of the daemon's processes per
+# second (the DaemonSet's request: 100m), RSS; the max and the event loop's work per tick
+# are issue 14's, kept as context.
+P99_MS = 10.0
 MAX_MS = 100.0
+CPU_MS_PER_S = 100.0
 TICK_WORK_MS = 100.0
-RSS_MB = 150.0
+RSS_MB = 128.0
 FIRST_REPORT_KB = 280.0
 TICK_REPORT_KB = 100.0
 ASK_TIMEOUT_S = 10.0
@@ -130,16 +134,33 @@ class Peer:
     incarnation: int
     sequence: int = 0
 
-    def report(self, rnd: int, share: float, rng: random.Random) -> bytes:
+    def report(self, rnd: int, share: float, rng: random.Random, heard: FocusHeard | None = None) -> bytes:
+        """Round 0: its whole state (base 0); later rounds: the entries that changed since its
+        previous report (base = that one), as an acknowledged rgd peer sends them, and an
+        acknowledgement of the daemon's latest report it heard (without one, the daemon would
+        count the peer as never holding its state and restate every group in every report)."""
         self.sequence += 1
         header = UsageReport(daemon_id=daemon_id(self.index), sequence=self.sequence,
                              publish_time_ms=int(time.time() * 1000), tick_ms=1000,
-                             incarnation=self.incarnation).SerializeToString()
+                             incarnation=self.incarnation, base=0 if rnd == 0 else self.sequence - 1)
+        if heard is not None and heard.sequence:
+            header.ack_members.append(member_tag(heard.daemon_id, heard.incarnation))
+            header.ack_sequences.append(heard.sequence)
+        header = header.SerializeToString()
         values = self.entries[rnd % 2]
         picked = range(len(values)) if rnd == 0 else sorted(rng.sample(range(len(values)), int(len(values) * share)))
         body = [values[i] for i in picked]
         index = UsageReport(group_keys=b"".join(self.keys[i] for i in picked)).SerializeToString()
         return header + b"".join(body) + index
+
+
+@dataclass
+class FocusHeard:
+    """The daemon's latest report the probe's reader saw (what its peers acknowledge)."""
+
+    daemon_id: str
+    incarnation: int = 0
+    sequence: int = 0
 
 
 @dataclass
@@ -160,7 +181,7 @@ class Figures:
 
 
 def publish_peers(url: str, topic: str, peers: list[Peer], share: float, seconds: float, stop: threading.Event,
-                  figures: Figures) -> None:
+                  figures: Figures, heard: FocusHeard | None = None) -> None:
     """Every second, one report from every peer (send_async: one round takes milliseconds)."""
     client = pulsar.Client(url, operation_timeout_seconds=10, logger=_QUIET)
     try:
@@ -177,7 +198,7 @@ def publish_peers(url: str, topic: str, peers: list[Peer], share: float, seconds
                 break
             figures.round_lag_s.append(time.monotonic() - due)
             for p in peers:
-                data = p.report(rnd, share, rng)
+                data = p.report(rnd, share, rng, heard)
                 figures.published_bytes += len(data)
                 producer.send_async(data, None, properties={PEER_PROPERTY: "1"})
             rnd += 1
@@ -188,8 +209,10 @@ def publish_peers(url: str, topic: str, peers: list[Peer], share: float, seconds
         client.close()
 
 
-def capture_own(url: str, topic: str, focus: str, stop: threading.Event, out: list[tuple[bool, bytes]]) -> None:
-    """The daemon's own reports as published (the probe's peers' are skipped unparsed)."""
+def capture_own(url: str, topic: str, focus: str, stop: threading.Event, out: list[tuple[bool, bytes]],
+                heard: FocusHeard | None = None) -> None:
+    """The daemon's own reports as published (the probe's peers' are skipped unparsed); the
+    latest one's sequence goes to `heard`, for the peers to acknowledge."""
     client = pulsar.Client(url, operation_timeout_seconds=10, logger=_QUIET)
     try:
         consumer = client.subscribe(topic, "scale-probe-capture", consumer_type=pulsar.ConsumerType.Exclusive)
@@ -204,6 +227,8 @@ def capture_own(url: str, topic: str, focus: str, stop: threading.Event, out: li
             rep = UsageReport.FromString(data)
             if rep.daemon_id == focus:
                 out.append((rep.restatement, data))
+                if heard is not None and (rep.incarnation, rep.sequence) > (heard.incarnation, heard.sequence):
+                    heard.incarnation, heard.sequence = rep.incarnation, rep.sequence
         consumer.close()
     finally:
         client.close()
@@ -569,14 +594,16 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         pid = daemon.process.pid
         asyncio.run(warm(daemon.url, own))
         rss_start = rss_mb(pid)
-        capture = threading.Thread(target=capture_own, args=(broker.url, DEFAULT_TOPIC, focus, stop, captured),
+        heard = FocusHeard(focus)
+        capture = threading.Thread(target=capture_own, args=(broker.url, DEFAULT_TOPIC, focus, stop, captured, heard),
                                    daemon=True)
         capture.start()
         threads.append(capture)
         time.sleep(1.5)  # the capture subscription is in place before the daemon's next reports
         _, m0 = scrape(daemon.url)  # before the peers publish: it answers
         publisher = threading.Thread(target=publish_peers, daemon=True,
-                                     args=(broker.url, DEFAULT_TOPIC, peers, ns.sent_share, ns.seconds, stop, figures))
+                                     args=(broker.url, DEFAULT_TOPIC, peers, ns.sent_share, ns.seconds, stop, figures,
+                                           heard))
         sampler_stop = threading.Event()
 
         def sample() -> None:
@@ -727,7 +754,10 @@ def print_result(r: dict) -> None:
     else:
         work = None if r["tick_mean_ms"] is None else r["tick_mean_ms"] + (r["react_ms_per_tick"] or 0.0)
         work_name = "event-loop work per tick (tick + reacts between ticks), mean"
+    cpu = r["serving_cpu_ms_per_tick"] + (r.get("cluster_cpu_ms_per_tick") or 0.0)
     checks = [
+        ("CPU of the daemon's processes per second over the load", _ms(cpu), f"<= {CPU_MS_PER_S:.0f} ms",
+         cpu <= CPU_MS_PER_S),
         ("acquire p99", f"{r['acquire_p99_ms']:.1f} ms", f"<= {P99_MS:.0f} ms", r["acquire_p99_ms"] <= P99_MS),
         ("acquire max", f"{r['acquire_max_ms']:.1f} ms", f"<= {MAX_MS:.0f} ms", r["acquire_max_ms"] <= MAX_MS),
         (work_name, _ms(work), f"<= {TICK_WORK_MS:.0f} ms", work is not None and work <= TICK_WORK_MS),
