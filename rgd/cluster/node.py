@@ -26,7 +26,13 @@ from typing import Protocol
 from rgd.cluster.own_reports import OwnReports
 from rgd.cluster.report_builder import MAX_REPORT_BYTES, bound_report, figures, group_entries, peer_usage, split_points
 from rgd.cluster.report_codec import (
-    REPLAY_WINDOW_MS, FoldScope, HmacKeys, Rejected, check_plausible, decode_report, groups_cap,
+    REPLAY_WINDOW_MS,
+    FoldScope,
+    HmacKeys,
+    Rejected,
+    check_plausible,
+    decode_report,
+    groups_cap,
 )
 from rgd.cluster.suppression import SuppressionPolicy, SuppressionState, select_reports
 from rgd.cluster.usage_map import UsageMap, member_tag
