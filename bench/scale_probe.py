@@ -7,18 +7,22 @@ broker. This probe puts one real `rgd run` process (its own process, pinned to o
 core) in that cluster: the embedded pulsar-lite broker, a config of the 5 000 groups
 it serves (sim/scale.py's layout: 100 daemons, 100 000 groups, each active on 5), and
 99 simulated peers publishing PIP-82-sized reports on the usage topic every second:
-all their 5 000 groups in the first round, then a random share (`--sent-share`, 36 %
-as PIP-82 suppression leaves in `python -m sim scale`). Peers' reports are real
-UsageReport protobufs built once (two value sets, alternating, so figures change)
-with a fresh header each round and the entries' index (`group_keys`, as rgd senders
-fill it); they reach the daemon exactly as a peer's would.
+all their 5 000 groups in the first round (base 0: the whole state), then a random
+share (`--sent-share`, 36 % as PIP-82 suppression leaves in `python -m sim scale`) on
+top of their previous report (base = its sequence), each acknowledging the daemon's
+latest report the probe's reader saw, as acknowledged rgd peers do (without the
+acknowledgements the daemon would count every peer as holding nothing of its state and
+restate every group in every report). Peers' reports are real UsageReport protobufs
+built once (two value sets, alternating, so figures change) with a fresh header each
+round and the entries' index (`group_keys`, as rgd senders fill it); they reach the
+daemon exactly as a peer's would.
 
 Meanwhile brokers ask the daemon at a fixed rate (`--ask-rate` single asks per
 second over HTTP, round robin over its groups), from a process of their own on the
 other cores (not beside the peers' publishing threads: their GIL delayed asks). An
 ask's latency is counted from when it was due, not from when it was sent, so a
-client held up by a stalled daemon cannot hide the stall (a timed-out ask counts as its timeout). It prints, against the
-issue's bounds:
+client held up by a stalled daemon cannot hide the stall (a timed-out ask counts as its timeout). It prints, against
+issue 44's bounds (the CPU of the daemon's processes per second over the load, acquire p99, RSS):
 - acquire latency p50 / p99 / max while the peers publish;
 - the daemon's work per tick on its event loop: rgd_tick_seconds (mean) plus, where the
   daemon exports it, rgd_react_seconds (folding peers' reports between ticks, early
