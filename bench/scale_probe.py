@@ -7,7 +7,8 @@ broker. This probe puts one real `rgd run` process (its own process, pinned to o
 core) in that cluster: the embedded pulsar-lite broker, a config of the 5 000 groups
 it serves (sim/scale.py's layout: 100 daemons, 100 000 groups, each active on 5), and
 99 simulated peers publishing PIP-82-sized reports on the usage topic every second:
-all their 5 000 groups in the first round (base 0: the whole state), then a random
+all their 5 000 groups in the first round (base 0: the whole state, and again after a
+report of the daemon that does not acknowledge them, as rgd senders restate), then a random
 share (`--sent-share`, 36 % as PIP-82 suppression leaves in `python -m sim scale`) on
 top of their previous report (base = its sequence), each acknowledging the daemon's
 latest report the probe's reader saw, as acknowledged rgd peers do (without the
@@ -139,20 +140,24 @@ class Peer:
     sequence: int = 0
 
     def report(self, rnd: int, share: float, rng: random.Random, heard: FocusHeard | None = None) -> bytes:
-        """Round 0: its whole state (base 0); later rounds: the entries that changed since its
-        previous report (base = that one), as an acknowledged rgd peer sends them, and an
-        acknowledgement of the daemon's latest report it heard (without one, the daemon would
-        count the peer as never holding its state and restate every group in every report)."""
+        """Round 0, and any round after a report of the daemon that does not acknowledge this
+        peer (it evicted the peer, or has not held it yet): its whole state (base 0), as an rgd
+        sender restates it to a member that acknowledged nothing; other rounds: the entries that
+        changed since its previous report (base = that one). Each acknowledges the daemon's
+        latest report it heard (without one, the daemon would count the peer as never holding
+        its state and restate every group in every report)."""
         self.sequence += 1
+        whole = rnd == 0 or (heard is not None and heard.sequence > 0
+                             and heard.acked.get(member_tag(daemon_id(self.index), self.incarnation), 0) == 0)
         header = UsageReport(daemon_id=daemon_id(self.index), sequence=self.sequence,
                              publish_time_ms=int(time.time() * 1000), tick_ms=1000,
-                             incarnation=self.incarnation, base=0 if rnd == 0 else self.sequence - 1)
+                             incarnation=self.incarnation, base=0 if whole else self.sequence - 1)
         if heard is not None and heard.sequence:
             header.ack_members.append(member_tag(heard.daemon_id, heard.incarnation))
             header.ack_sequences.append(heard.sequence)
         header = header.SerializeToString()
         values = self.entries[rnd % 2]
-        picked = range(len(values)) if rnd == 0 else sorted(rng.sample(range(len(values)), int(len(values) * share)))
+        picked = range(len(values)) if whole else sorted(rng.sample(range(len(values)), int(len(values) * share)))
         body = [values[i] for i in picked]
         index = UsageReport(group_keys=b"".join(self.keys[i] for i in picked)).SerializeToString()
         return header + b"".join(body) + index
@@ -165,6 +170,7 @@ class FocusHeard:
     daemon_id: str
     incarnation: int = 0
     sequence: int = 0
+    acked: dict[int, int] = field(default_factory=dict)  # that report's acknowledgements: member tag -> sequence
 
 
 @dataclass
@@ -232,6 +238,7 @@ def capture_own(url: str, topic: str, focus: str, stop: threading.Event, out: li
             if rep.daemon_id == focus:
                 out.append((rep.restatement, data))
                 if heard is not None and (rep.incarnation, rep.sequence) > (heard.incarnation, heard.sequence):
+                    heard.acked = dict(zip(rep.ack_members, rep.ack_sequences, strict=False))
                     heard.incarnation, heard.sequence = rep.incarnation, rep.sequence
         consumer.close()
     finally:

@@ -61,7 +61,7 @@ def test_probe_peers_send_deltas_and_acknowledge_the_daemon() -> None:
     from rgd.cluster.report_codec import group_key_bytes
     from rgd.cluster.usage_map import member_tag
     from rgd.wire.usage_report_pb2 import UsageReport
-    from sim.scale import group_name
+    from sim.scale import daemon_id, group_name
 
     groups = list(range(10))
     entries = [[_entry(g, random.Random(f"{v}:{g}")) for g in groups] for v in range(2)]
@@ -71,7 +71,11 @@ def test_probe_peers_send_deltas_and_acknowledge_the_daemon() -> None:
     first = UsageReport.FromString(peer.report(0, 0.5, rng, heard))
     assert (first.sequence, first.base, len(first.groups), list(first.ack_members)) == (1, 0, 10, [])
     heard.incarnation, heard.sequence = 3, 41
+    heard.acked = {member_tag(daemon_id(1), 7): 1}  # the daemon's report 41 holds this peer's report 1
     second = UsageReport.FromString(peer.report(1, 0.5, rng, heard))
     assert (second.sequence, second.base, len(second.groups)) == (2, 1, 5)
     assert list(second.ack_members) == [member_tag("focus", 3)] and list(second.ack_sequences) == [41]
     assert len(second.group_keys) == 8 * 5
+    heard.acked = {}  # the daemon's latest report does not acknowledge it (evicted): the whole state again
+    third = UsageReport.FromString(peer.report(2, 0.5, rng, heard))
+    assert (third.sequence, third.base, len(third.groups)) == (3, 0, 10)
