@@ -190,7 +190,7 @@ class ClusterNode:
         # were, until when a peer's report may still have been counted under them.
         self._applied_groups: dict[str, ResourceGroup] = dict(groups())
         self._earlier: deque[tuple[float, dict[str, ResourceGroup]]] = deque()
-        self._scope: tuple[int, FoldScope] | None = None  # see _fold_scope
+        self._scope: tuple[tuple[int, int], FoldScope] | None = None  # see _fold_scope
         self._own_marked = 0  # our sequence when an acknowledgement last marked our named groups dirty (fold)
 
     # -- premises ---------------------------------------------------------------------------
@@ -580,7 +580,7 @@ class ClusterNode:
         the plausibility check read no other). A peer's report names every group it serves, 5 000
         at PIP-82's scale, and through its index we parse only ours. Built again after a config
         change (apply_config) or when the config is another mapping or size, not per report."""
-        stamp = id(groups) ^ (len(groups) << 48)
+        stamp = (id(groups), len(groups))
         if self._scope is None or self._scope[0] != stamp:
             self._scope = (stamp, FoldScope(groups))
         return self._scope[1]
@@ -615,7 +615,7 @@ class ClusterNode:
         self.ack_due |= report.ack_wanted
         member = self.usage_map.members.get(report.daemon_id)
         if member is not None and member.in_sync and not in_sync_before:
-            self._own_marked = 0  # no longer counted busy: every group we named is stale
+            self._own_marked = 0  # no longer counted busy: the next acknowledgement marks every group we named
         if member is not None and member.acked_us > acked_before:
             sent = self._sent_at(member.acked_us)
             if sent > -math.inf:  # an acknowledgement of a report we no longer keep measures nothing
@@ -624,9 +624,10 @@ class ClusterNode:
             # the last acknowledgement (our newest figures), and when the oldest acknowledgement
             # moved, those named since it (OwnReports.as_held). Not every group we ever named:
             # at PIP-82's scale that recomputed 5 000 groups at each react.
-            since = min(self._own_marked, acked_min, self._acked())
-            self.dirty.update(self.own.changed_after(since))
-            self._own_marked = self.own.sequence
+            acked_now = self._acked()
+            if acked_now != acked_min or self.own.sequence != self._own_marked:
+                self.dirty.update(self.own.changed_after(min(self._own_marked, acked_min, acked_now)))
+                self._own_marked = self.own.sequence
         return FoldOutcome(report, "", result.lost, result.new_member)
 
     def _sent_at(self, sequence: int) -> float:
