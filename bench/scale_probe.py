@@ -642,10 +642,12 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         print(f"{label}: {ns.peers} peers publishing for {ns.seconds:.0f} s...", flush=True)
         children = _process_tree(pid)[1:]  # with --cluster-process: the cluster process
         cpu0 = cpu_seconds(pid), sum(map(cpu_seconds, children))
+        load_started = time.monotonic()
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             (figures.latencies, figures.timeouts, figures.errors, figures.usage_posts) = pool.submit(
                 load_elsewhere, daemon.url, own, ns.ask_rate, ns.seconds, others).result()
         cpu1 = cpu_seconds(pid), sum(map(cpu_seconds, children))
+        load_seconds = time.monotonic() - load_started
         publisher.join(30)
         sampler_stop.set()
         tree_mb, own_mb = rss_tree_and_own_mb(pid)  # both: a last read of one alone may be a page larger
@@ -665,7 +667,9 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
     if not m1:
         m0 = {}
     ticks = m1.get("rgd_tick_seconds_count", 0) - m0.get("rgd_tick_seconds_count", 0)
-    load_ticks = ns.seconds / 1.0  # the daemon's tick is 1 s; CPU was measured over the load
+    # The daemon's tick is 1 s; CPU was measured over the load, which lasts longer than
+    # --seconds when asks time out at the end (dividing by --seconds read 1.2 cores of one).
+    load_ticks = max(load_seconds, 1e-9) / 1.0
 
     def per_tick(name: str) -> float | None:
         if f"{name}_sum" not in m1:
