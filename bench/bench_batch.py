@@ -5,7 +5,7 @@ pinned to --server-cpu, every load generator pinned to --client-cpu:
 
 1. batch vs single (wrk, TCP): decisions per CPU-second of the daemon (daemon +
    its broker, from /proc) for single asks and for batches of 1000 asks spanning
-   10 namespaces and 1000 namespaces; targets >= 1,000,000 and >= 500,000.
+   10 namespaces and 1000 namespaces; targets >= 1,000,000 and >= 600,000.
 2. unix socket vs TCP (bench/raw_load.py, closed loop, the same generator for
    both, alternating): req/s, latency, daemon CPU per request; single and batch.
 3. latency at 50 % of the maximum load measured in stage 1 (raw_load.py, open
@@ -19,7 +19,12 @@ command line that made it. Per-CPU-second figures are the robust ones on a
 shared machine: other load slows a run down but does not change how much CPU a
 decision costs.
 
-    python bench/bench_batch.py [--duration 5] [--out results.json] [--check-targets]
+With `--baseline REV` stage 1 runs first against the daemon of that revision (`git
+archive` into a scratch directory, started there the same way), then against this
+tree's, and prints this tree's decisions per CPU-second over the baseline's per case:
+one machine, one run, so the ratio holds where absolute figures drift with other load.
+
+    python bench/bench_batch.py [--duration 5] [--baseline REV] [--out results.json] [--check-targets]
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import bench_acquire as ba  # noqa: E402  (the benchmark's process, CPU and wrk 
 from rgd.transport.embedded_broker import free_port  # noqa: E402
 
 BATCH = 1000
-TARGETS = {"batch_10ns": 1_000_000, "batch_1000ns": 500_000}  # decisions per CPU-second of the daemon
+TARGETS = {"batch_10ns": 1_000_000, "batch_1000ns": 600_000}  # decisions per CPU-second of the daemon (issue 44)
 SINGLE_P99_TARGET_MS = 1.0
 CLIENT_LOADS = (0.10, 0.50, 0.90)
 
@@ -170,9 +175,10 @@ def client_main(argv: list[str]) -> int:
 # -- the run ---------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, a: argparse.Namespace, work: Path) -> None:
+    def __init__(self, a: argparse.Namespace, work: Path, code: Path | None = None) -> None:
         self.a = a
         self.work = work
+        self.code = code  # another revision's tree to run the daemon from (--baseline), else this one
         self.server: ba.Server | None = None
         self.trivial: ba.Server | None = None  # the do-nothing aiohttp handler: the latency floor of this machine
         self.trivial_port = 0
@@ -189,7 +195,9 @@ class Bench:
         cmd = [sys.executable, "-m", "rgd.cli", "run", "--listen", f"{ba.HOST}:{self.port},unix:{self.sock}",
                "--config", str(data / "rgd.yaml"), "--data-dir", str(data), "--log-dir", str(data / "log"),
                "--event-loop", "uvloop"]
-        self.server = ba.Server("rgd", ba.pinned(cmd, self.a.server_cpu), self.work / "rgd.log")
+        env = None if self.code is None else {**os.environ, "PYTHONPATH": str(self.code)}
+        self.server = ba.Server("rgd", ba.pinned(cmd, self.a.server_cpu), self.work / "rgd.log", env=env,
+                                cwd=self.code)
         ba.wait_ready(self.server, f"http://{ba.HOST}:{self.port}/readyz", self.a.ready_timeout)
         self.server.extra_groups.append(int(json.loads((data / "broker.json").read_text())["pid"]))
         self.trivial_port = free_port()
@@ -310,6 +318,40 @@ class Bench:
                   f"p99 {s['p99_ms']:.3f} ms  p99.9 {s['p999_ms']:.3f} ms", flush=True)
 
 
+def run_baseline(a: argparse.Namespace) -> list[dict[str, Any]]:
+    """Stage 1 (wrk) against the daemon of revision `a.baseline`, as for this tree: its rows."""
+    print(f"# baseline {a.baseline}: 1. batch vs single, wrk", flush=True)
+    with tempfile.TemporaryDirectory(prefix="rgd-bench-batch-baseline-") as tmp:
+        code = Path(tmp) / "code"
+        code.mkdir()
+        archive = subprocess.run(["git", "archive", a.baseline], check=True, capture_output=True, cwd=ba.REPO).stdout
+        subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+        work = Path(tmp) / "work"
+        work.mkdir()
+        bench = Bench(a, work, code)
+        try:
+            bench.start()
+            for rnd in range(1, a.rounds + 1):
+                bench.wrk_stage(rnd)
+        finally:
+            for server in (bench.server, bench.trivial):
+                if server is not None:
+                    server.stop()
+    print("# this tree: 1. batch vs single, wrk", flush=True)
+    return list(bench.out["wrk"])
+
+
+def compare_baseline(rev: str, base: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per case, the best round's decisions per CPU-second of each daemon and this tree's over the
+    baseline's (> 1: this tree spends less CPU per decision)."""
+    out: dict[str, Any] = {"revision": rev}
+    for case in DECISIONS:
+        b = max((r["decisions_per_cpu_s"] for r in base if r["case"] == case), default=0.0)
+        n = max((r["decisions_per_cpu_s"] for r in new if r["case"] == case), default=0.0)
+        out[case] = {"baseline": b, "this_tree": n, "ratio": round(n / b, 3) if b else None}
+    return out
+
+
 def summarize(out: dict[str, Any]) -> dict[str, Any]:
     """The figures the issue asks for, ratios beside their absolute numbers."""
     wrk = out["wrk"]
@@ -397,6 +439,13 @@ def print_summary(fig: dict[str, Any]) -> None:
                      f"p99.9 {t['p999_ms']:.3f} ms (p99 {f['p99_ms'] / t['p99_ms']:.2f}x)") if t.get("p99_ms") else ""
             print(f"  {body} at 50 % load ({f['done_req_per_s']:,.0f} req/s): p50 {f['p50_ms']:.3f} ms  "
                   f"p99 {f['p99_ms']:.3f} ms  p99.9 {f['p999_ms']:.3f} ms{verdict}{floor}")
+    if "baseline" in fig:
+        b = fig["baseline"]
+        for case in DECISIONS:
+            f = b[case]
+            ratio = f"{f['ratio']:.2f}x" if f["ratio"] else "n/a"
+            print(f"  {case:<30} this tree {f['this_tree']:,.0f} vs baseline {b['revision']} {f['baseline']:,.0f} "
+                  f"dec/CPU-s (best round each) = {ratio}")
     if "client_calls_per_s" in fig:
         c, r = fig["client_calls_per_s"], fig["client_over_raw_batch_per_cpu_s"]
         print(f"  rgd.client, one process        {c['value']:,.0f} decisions/s ({c['asks_per_request']:.0f} asks per "
@@ -427,6 +476,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ready-timeout", type=float, default=90.0)
     p.add_argument("--out", help="also write everything as JSON here")
     p.add_argument("--check-targets", action="store_true", help="exit 1 when a target is missed")
+    p.add_argument("--baseline", metavar="GIT_REV", help="first run stage 1 against the daemon of this revision "
+                   "(git archive into a scratch directory) and print this tree's figures over its")
     a = p.parse_args(argv)
     if not 1 <= a.duration <= 120 or not 0 <= a.warmup <= 30 or not 1 <= a.rounds <= 10:
         p.error("--duration 1..120, --warmup 0..30, --rounds 1..10")
@@ -455,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# daemon (and its broker) on CPU {a.server_cpu}, load generators on CPU {a.client_cpu}; "
           f"{a.duration}s per case", flush=True)
     started = time.monotonic()
+    baseline = run_baseline(a) if a.baseline else None
     with tempfile.TemporaryDirectory(prefix="rgd-bench-batch-") as tmp:
         bench = Bench(a, Path(tmp))
         try:
@@ -477,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                 if server is not None:
                     server.stop()
     fig = summarize(bench.out)
+    if baseline is not None:
+        fig["baseline"] = compare_baseline(a.baseline, baseline, bench.out["wrk"])
     print_summary(fig)
     info["loadavg_end"] = os.getloadavg()
     print(f"\n# wall time {time.monotonic() - started:.0f}s; loadavg at end {info['loadavg_end'][0]:.2f},"

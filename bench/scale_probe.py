@@ -7,18 +7,23 @@ broker. This probe puts one real `rgd run` process (its own process, pinned to o
 core) in that cluster: the embedded pulsar-lite broker, a config of the 5 000 groups
 it serves (sim/scale.py's layout: 100 daemons, 100 000 groups, each active on 5), and
 99 simulated peers publishing PIP-82-sized reports on the usage topic every second:
-all their 5 000 groups in the first round, then a random share (`--sent-share`, 36 %
-as PIP-82 suppression leaves in `python -m sim scale`). Peers' reports are real
-UsageReport protobufs built once (two value sets, alternating, so figures change)
-with a fresh header each round and the entries' index (`group_keys`, as rgd senders
-fill it); they reach the daemon exactly as a peer's would.
+all their 5 000 groups in the first round (base 0: the whole state, and again after a
+report of the daemon that does not acknowledge them, as rgd senders restate), then a random
+share (`--sent-share`, 36 % as PIP-82 suppression leaves in `python -m sim scale`) on
+top of their previous report (base = its sequence), each acknowledging the daemon's
+latest report the probe's reader saw, as acknowledged rgd peers do (without the
+acknowledgements the daemon would count every peer as holding nothing of its state and
+restate every group in every report). Peers' reports are real UsageReport protobufs
+built once (two value sets, alternating, so figures change) with a fresh header each
+round and the entries' index (`group_keys`, as rgd senders fill it); they reach the
+daemon exactly as a peer's would.
 
 Meanwhile brokers ask the daemon at a fixed rate (`--ask-rate` single asks per
 second over HTTP, round robin over its groups), from a process of their own on the
 other cores (not beside the peers' publishing threads: their GIL delayed asks). An
 ask's latency is counted from when it was due, not from when it was sent, so a
-client held up by a stalled daemon cannot hide the stall (a timed-out ask counts as its timeout). It prints, against the
-issue's bounds:
+client held up by a stalled daemon cannot hide the stall (a timed-out ask counts as its timeout). It prints, against
+issue 44's bounds (the CPU of the daemon's processes per second over the load, acquire p99, RSS):
 - acquire latency p50 / p99 / max while the peers publish;
 - the daemon's work per tick on its event loop: rgd_tick_seconds (mean) plus, where the
   daemon exports it, rgd_react_seconds (folding peers' reports between ticks, early
@@ -70,17 +75,21 @@ import yaml
 
 from rgd.cluster.report_builder import drop_silent_kinds
 from rgd.cluster.report_codec import group_key_bytes
+from rgd.cluster.usage_map import member_tag
 from rgd.config.settings import DEFAULT_TOPIC
 from rgd.devtools.daemon_process import DaemonProcess
 from rgd.transport.embedded_broker import start_or_join
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 from sim.scale import ScaleSpec, daemon_id, group_name, members_of, namespace_name
 
-# The issue's bounds (Done when).
-P99_MS = 20.0
+# The bounds of issue 44 (Done when): acquire p99, the CPU of the daemon's processes per
+# second (the DaemonSet's request: 100m), RSS; the max and the event loop's work per tick
+# are issue 14's, kept as context.
+P99_MS = 10.0
 MAX_MS = 100.0
+CPU_MS_PER_S = 100.0
 TICK_WORK_MS = 100.0
-RSS_MB = 150.0
+RSS_MB = 128.0
 FIRST_REPORT_KB = 280.0
 TICK_REPORT_KB = 100.0
 ASK_TIMEOUT_S = 10.0
@@ -130,16 +139,38 @@ class Peer:
     incarnation: int
     sequence: int = 0
 
-    def report(self, rnd: int, share: float, rng: random.Random) -> bytes:
+    def report(self, rnd: int, share: float, rng: random.Random, heard: FocusHeard | None = None) -> bytes:
+        """Round 0, and any round after a report of the daemon that does not acknowledge this
+        peer (it evicted the peer, or has not held it yet): its whole state (base 0), as an rgd
+        sender restates it to a member that acknowledged nothing; other rounds: the entries that
+        changed since its previous report (base = that one). Each acknowledges the daemon's
+        latest report it heard (without one, the daemon would count the peer as never holding
+        its state and restate every group in every report)."""
         self.sequence += 1
+        whole = rnd == 0 or (heard is not None and heard.sequence > 0
+                             and heard.acked.get(member_tag(daemon_id(self.index), self.incarnation), 0) == 0)
         header = UsageReport(daemon_id=daemon_id(self.index), sequence=self.sequence,
                              publish_time_ms=int(time.time() * 1000), tick_ms=1000,
-                             incarnation=self.incarnation).SerializeToString()
+                             incarnation=self.incarnation, base=0 if whole else self.sequence - 1)
+        if heard is not None and heard.sequence:
+            header.ack_members.append(member_tag(heard.daemon_id, heard.incarnation))
+            header.ack_sequences.append(heard.sequence)
+        header = header.SerializeToString()
         values = self.entries[rnd % 2]
-        picked = range(len(values)) if rnd == 0 else sorted(rng.sample(range(len(values)), int(len(values) * share)))
+        picked = range(len(values)) if whole else sorted(rng.sample(range(len(values)), int(len(values) * share)))
         body = [values[i] for i in picked]
         index = UsageReport(group_keys=b"".join(self.keys[i] for i in picked)).SerializeToString()
         return header + b"".join(body) + index
+
+
+@dataclass
+class FocusHeard:
+    """The daemon's latest report the probe's reader saw (what its peers acknowledge)."""
+
+    daemon_id: str
+    incarnation: int = 0
+    sequence: int = 0
+    acked: dict[int, int] = field(default_factory=dict)  # that report's acknowledgements: member tag -> sequence
 
 
 @dataclass
@@ -160,7 +191,7 @@ class Figures:
 
 
 def publish_peers(url: str, topic: str, peers: list[Peer], share: float, seconds: float, stop: threading.Event,
-                  figures: Figures) -> None:
+                  figures: Figures, heard: FocusHeard | None = None) -> None:
     """Every second, one report from every peer (send_async: one round takes milliseconds)."""
     client = pulsar.Client(url, operation_timeout_seconds=10, logger=_QUIET)
     try:
@@ -177,7 +208,7 @@ def publish_peers(url: str, topic: str, peers: list[Peer], share: float, seconds
                 break
             figures.round_lag_s.append(time.monotonic() - due)
             for p in peers:
-                data = p.report(rnd, share, rng)
+                data = p.report(rnd, share, rng, heard)
                 figures.published_bytes += len(data)
                 producer.send_async(data, None, properties={PEER_PROPERTY: "1"})
             rnd += 1
@@ -188,8 +219,10 @@ def publish_peers(url: str, topic: str, peers: list[Peer], share: float, seconds
         client.close()
 
 
-def capture_own(url: str, topic: str, focus: str, stop: threading.Event, out: list[tuple[bool, bytes]]) -> None:
-    """The daemon's own reports as published (the probe's peers' are skipped unparsed)."""
+def capture_own(url: str, topic: str, focus: str, stop: threading.Event, out: list[tuple[bool, bytes]],
+                heard: FocusHeard | None = None) -> None:
+    """The daemon's own reports as published (the probe's peers' are skipped unparsed); the
+    latest one's sequence goes to `heard`, for the peers to acknowledge."""
     client = pulsar.Client(url, operation_timeout_seconds=10, logger=_QUIET)
     try:
         consumer = client.subscribe(topic, "scale-probe-capture", consumer_type=pulsar.ConsumerType.Exclusive)
@@ -204,6 +237,9 @@ def capture_own(url: str, topic: str, focus: str, stop: threading.Event, out: li
             rep = UsageReport.FromString(data)
             if rep.daemon_id == focus:
                 out.append((rep.restatement, data))
+                if heard is not None and (rep.incarnation, rep.sequence) > (heard.incarnation, heard.sequence):
+                    heard.acked = dict(zip(rep.ack_members, rep.ack_sequences, strict=False))
+                    heard.incarnation, heard.sequence = rep.incarnation, rep.sequence
         consumer.close()
     finally:
         client.close()
@@ -569,14 +605,16 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         pid = daemon.process.pid
         asyncio.run(warm(daemon.url, own))
         rss_start = rss_mb(pid)
-        capture = threading.Thread(target=capture_own, args=(broker.url, DEFAULT_TOPIC, focus, stop, captured),
+        heard = FocusHeard(focus)
+        capture = threading.Thread(target=capture_own, args=(broker.url, DEFAULT_TOPIC, focus, stop, captured, heard),
                                    daemon=True)
         capture.start()
         threads.append(capture)
         time.sleep(1.5)  # the capture subscription is in place before the daemon's next reports
         _, m0 = scrape(daemon.url)  # before the peers publish: it answers
         publisher = threading.Thread(target=publish_peers, daemon=True,
-                                     args=(broker.url, DEFAULT_TOPIC, peers, ns.sent_share, ns.seconds, stop, figures))
+                                     args=(broker.url, DEFAULT_TOPIC, peers, ns.sent_share, ns.seconds, stop, figures,
+                                           heard))
         sampler_stop = threading.Event()
 
         def sample() -> None:
@@ -604,10 +642,12 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         print(f"{label}: {ns.peers} peers publishing for {ns.seconds:.0f} s...", flush=True)
         children = _process_tree(pid)[1:]  # with --cluster-process: the cluster process
         cpu0 = cpu_seconds(pid), sum(map(cpu_seconds, children))
+        load_started = time.monotonic()
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             (figures.latencies, figures.timeouts, figures.errors, figures.usage_posts) = pool.submit(
                 load_elsewhere, daemon.url, own, ns.ask_rate, ns.seconds, others).result()
         cpu1 = cpu_seconds(pid), sum(map(cpu_seconds, children))
+        load_seconds = time.monotonic() - load_started
         publisher.join(30)
         sampler_stop.set()
         tree_mb, own_mb = rss_tree_and_own_mb(pid)  # both: a last read of one alone may be a page larger
@@ -627,7 +667,9 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
     if not m1:
         m0 = {}
     ticks = m1.get("rgd_tick_seconds_count", 0) - m0.get("rgd_tick_seconds_count", 0)
-    load_ticks = ns.seconds / 1.0  # the daemon's tick is 1 s; CPU was measured over the load
+    # The daemon's tick is 1 s; CPU was measured over the load, which lasts longer than
+    # --seconds when asks time out at the end (dividing by --seconds read 1.2 cores of one).
+    load_ticks = max(load_seconds, 1e-9) / 1.0
 
     def per_tick(name: str) -> float | None:
         if f"{name}_sum" not in m1:
@@ -727,7 +769,10 @@ def print_result(r: dict) -> None:
     else:
         work = None if r["tick_mean_ms"] is None else r["tick_mean_ms"] + (r["react_ms_per_tick"] or 0.0)
         work_name = "event-loop work per tick (tick + reacts between ticks), mean"
+    cpu = r["serving_cpu_ms_per_tick"] + (r.get("cluster_cpu_ms_per_tick") or 0.0)
     checks = [
+        ("CPU of the daemon's processes per second over the load", _ms(cpu), f"<= {CPU_MS_PER_S:.0f} ms",
+         cpu <= CPU_MS_PER_S),
         ("acquire p99", f"{r['acquire_p99_ms']:.1f} ms", f"<= {P99_MS:.0f} ms", r["acquire_p99_ms"] <= P99_MS),
         ("acquire max", f"{r['acquire_max_ms']:.1f} ms", f"<= {MAX_MS:.0f} ms", r["acquire_max_ms"] <= MAX_MS),
         (work_name, _ms(work), f"<= {TICK_WORK_MS:.0f} ms", work is not None and work <= TICK_WORK_MS),

@@ -79,13 +79,16 @@ def kill_group(pgid: int, grace: float) -> None:
 class Server:
     """A child process in its own process group, logging to a file."""
 
-    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        """`cwd`: where the child runs (default: this repository); `python -m rgd.cli` there runs
+        that tree's rgd (bench/bench_batch.py --baseline)."""
         self.name = name
         self.cmd = cmd
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 -- the child's stdout for its whole life
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, cwd=REPO, env=env)
+                                     start_new_session=True, cwd=cwd or REPO, env=env)
         self.extra_groups: list[int] = []  # e.g. rgd's broker, which runs in its own session
 
     def cpu_pids(self) -> list[int]:

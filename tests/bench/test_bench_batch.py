@@ -86,3 +86,23 @@ def test_raw_load_counts_what_the_server_answered(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_baseline_is_compared_in_the_same_run(tmp_path: Path) -> None:
+    """--baseline REV: stage 1 against that revision's daemon first, then this tree's, and the
+    ratio per case beside both absolute figures."""
+    assert shutil.which("wrk"), "wrk is not installed: run scripts/system-deps.sh"
+    out = tmp_path / "batch.json"
+    proc = subprocess.run([sys.executable, str(BENCH), "--duration", "1", "--warmup", "0", "--connections", "4",
+                           "--skip", "transport,latency,client", "--baseline", "HEAD", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "# baseline HEAD: 1. batch vs single, wrk" in proc.stdout
+    for case in ("single", "batch_10ns", "batch_1000ns"):
+        assert re.search(rf"^  {case} +this tree [\d,]+ vs baseline HEAD [\d,]+ dec/CPU-s \(best round each\) = "
+                         r"[\d.]+x$", proc.stdout, re.M), case
+    base = json.loads(out.read_text())["figures"]["baseline"]
+    assert base["revision"] == "HEAD"
+    for case in ("single", "batch_10ns", "batch_1000ns"):
+        f = base[case]
+        assert f["baseline"] > 0 and f["this_tree"] > 0 and f["ratio"] == round(f["this_tree"] / f["baseline"], 3)

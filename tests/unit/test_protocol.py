@@ -428,3 +428,47 @@ def test_a_shadowed_groups_report_carries_what_would_have_been_throttled() -> No
     entry = next(g for g in node.tick_report(1.0).parts[0].groups if g.group == "g")
     assert (entry.publish.admitted_messages, entry.publish.throttled_messages) == (5, 0)
     assert (entry.publish.shadow_throttled_messages, entry.publish.shadow_throttled_bytes) == (5, 500)
+
+
+# -- what a node folds, and what an acknowledgement makes it recompute -------------------------
+
+
+def sent(r: UsageReport, clock: FakeClock) -> bytes:
+    """A report as it reaches a node from the topic: stamped with the wall time of now."""
+    r.publish_time_ms = clock.wall_ms(clock.now())
+    return serialize_report(r)
+
+
+def test_a_node_folds_only_configured_groups_and_a_group_configured_later_from_then_on() -> None:
+    """Through the report's index only the entries of groups in our config are parsed and
+    folded (a peer names every group it serves: 5 000 at PIP-82's scale, a few percent ours);
+    after a config change the new group's entries are folded too."""
+    clock = FakeClock(0.0)
+    groups = {"g": QUOTA}
+    node = ClusterNode(NodeConfig("a"), 1, clock, lambda: groups)
+    peer = {f"x{i}": 10.0 for i in range(50)} | {"g": 40.0}
+    assert node.receive(sent(report("b", 1, 0, peer), clock), None, 0.0).accepted
+    assert set(node.usage_map.groups) == {"g"}
+    assert node.usage_map.groups["g"]["b"].usage.publish.admitted_messages == 40.0
+    groups["x7"] = ResourceGroup("x7", publish_msgs=50.0)
+    node.apply_config()
+    assert node.receive(sent(report("b", 2, 1, {"x7": 20.0, "x8": 5.0}), clock), None, 0.0).accepted
+    assert set(node.usage_map.groups) == {"g", "x7"}
+    assert node.usage_map.groups["x7"]["b"].usage.publish.admitted_messages == 20.0
+
+
+def test_an_acknowledgement_marks_dirty_only_the_groups_named_since_the_oldest_one() -> None:
+    """Our own view of a group (the smallest figure a peer may hold) moves with the oldest
+    acknowledgement only for groups we named after it: an acknowledgement marks those dirty,
+    not every group we ever named."""
+    clock = FakeClock(0.0)
+    groups = {n: ResourceGroup(n, publish_msgs=100.0) for n in ("p", "q", "r")}
+    node = ClusterNode(NodeConfig("a"), 1, clock, lambda: groups)
+    for n in ("p", "q", "r"):
+        node.limiter.state(groups[n], "publish")
+    node.own.record(node.own.next_sequence(), 0.0, 3.0, {"p": usage(5.0), "q": usage(5.0), "r": usage(5.0)})
+    assert node.receive(sent(report("b", 1, 0, {}, acks={"a": 1}), clock), None, 0.0).accepted
+    node.recompute_changed(0.0)
+    node.own.record(node.own.next_sequence(), 0.5, 3.0, {"q": usage(9.0)})  # report 2 names q alone
+    assert node.receive(sent(report("b", 2, 1, {}, acks={"a": 2}), clock), None, 0.5).accepted
+    assert node.dirty == {"q"} and not node.all_dirty
