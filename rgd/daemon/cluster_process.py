@@ -38,6 +38,7 @@ from rgd.daemon.lifecycle import configure_logging, installed_uvloop, run_loop
 from rgd.daemon.limiter_link import MirrorLimiter, initial_fraction
 from rgd.daemon.malloc_tuning import fix_mmap_threshold
 from rgd.daemon.process_link import Link, LinkClosed, SocketLink, ThreadLink
+from rgd.daemon.wake import sleep_until_woken
 from rgd.daemon.wiring import Daemon
 
 log = logging.getLogger("rgd.cluster_process")
@@ -97,10 +98,7 @@ class ClusterLink:
     async def send_loop(self) -> None:
         interval = self.daemon.node.config.react_seconds
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), interval)
-            except TimeoutError:
-                pass
+            await sleep_until_woken(self._wake, interval)
             self._wake.clear()
             self.flush()
             await self.link.drain()

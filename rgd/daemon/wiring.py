@@ -37,6 +37,7 @@ from rgd.config.reload import ConfigReloader
 from rgd.config.settings import Settings
 from rgd.config.store import ConfigChange, ConfigStore
 from rgd.daemon.gc_pacing import GcPacer
+from rgd.daemon.wake import sleep_until_woken
 from rgd.limiting.limiter import Collected, Limiter
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import INF
@@ -56,6 +57,7 @@ MAX_INBOX = 10_000  # reports waiting to be folded; beyond this the oldest are d
 MAX_INBOX_BYTES = 64 * 1024 * 1024
 ACCOUNT_INLINE_KEYS = 500  # (group, kind)s a collect may hold for its accounting record to be built on the loop
 REACTS_PER_TICK = 20  # between ticks: fold, early reports, recompute what changed, this often
+STOP_TASKS_SECONDS = 5.0  # a graceful stop waits this long for its cancelled tasks to finish
 DRAIN_SLICE = 0.004  # vetting and folding reports yield to the loop this often (seconds)
 
 
@@ -230,7 +232,10 @@ class Daemon:
                 log.warning("could not publish the leaving report: %s", exc)
         for task in reversed(self._tasks):
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        _, stuck = await asyncio.wait(self._tasks, timeout=STOP_TASKS_SECONDS) if self._tasks else (set(), set())
+        for task in stuck:  # a task that ignores its cancellation must not keep the process alive
+            log.error("task %s did not stop within %.0f s of its cancellation; left behind at %s",
+                      task.get_name(), STOP_TASKS_SECONDS, task.get_stack(limit=3))
         await self._release()
 
     async def _release(self) -> None:
@@ -548,10 +553,7 @@ class Daemon:
         a round trip for every member's answer, so neither leg waits for a react interval."""
         interval = self.node.config.react_seconds
         while True:
-            try:
-                await asyncio.wait_for(self._ack_asked.wait(), interval)
-            except TimeoutError:
-                pass
+            await sleep_until_woken(self._ack_asked, interval)
             self._ack_asked.clear()
             started = time.perf_counter()
             try:
