@@ -25,15 +25,7 @@ from typing import Protocol
 
 from rgd.cluster.own_reports import OwnReports
 from rgd.cluster.report_builder import MAX_REPORT_BYTES, bound_report, figures, group_entries, peer_usage, split_points
-from rgd.cluster.report_codec import (
-    REPLAY_WINDOW_MS,
-    FoldScope,
-    HmacKeys,
-    Rejected,
-    check_plausible,
-    decode_report,
-    groups_cap,
-)
+from rgd.cluster.report_codec import REPLAY_WINDOW_MS, HmacKeys, Rejected, check_plausible, decode_report, groups_cap
 from rgd.cluster.suppression import SuppressionPolicy, SuppressionState, select_reports
 from rgd.cluster.usage_map import UsageMap, member_tag
 from rgd.config.groups import KINDS, QuotaCeilings, ResourceGroup
@@ -201,7 +193,6 @@ class ClusterNode:
         # were, until when a peer's report may still have been counted under them.
         self._applied_groups: dict[str, ResourceGroup] = dict(groups())
         self._earlier: deque[tuple[float, dict[str, ResourceGroup]]] = deque()
-        self._scope: tuple[tuple[int, int], FoldScope] | None = None  # see _fold_scope
         self._own_marked = 0  # our sequence when an acknowledgement last marked our named groups dirty (fold)
 
     # -- premises ---------------------------------------------------------------------------
@@ -389,7 +380,6 @@ class ClusterNode:
         if changed:
             self._earlier.append((now + self._measured_lease(now) + self.config.tick_seconds, changed))
         self._applied_groups = dict(groups)
-        self._scope = None
         for name in {g for g, _ in self.limiter.states} - set(groups):
             self.limiter.forget(name)
             self.own.forget(name)
@@ -618,7 +608,7 @@ class ClusterNode:
         """Decode and check one message from the topic (rgd.cluster.report_codec); raises Rejected."""
         groups = self.groups()
         report = decode_report(data, self.clock.wall_ms(now), self.node_id, self.incarnation, properties,
-                               self.keys, max_groups=groups_cap(len(groups)), scope=self._fold_scope(groups))
+                               self.keys, max_groups=groups_cap(len(groups)))
         if report.daemon_id != self.node_id:
             slack = largest_bucket_seconds(self.config.burst_seconds) + self.config.max_debt_seconds
             while self._earlier and self._earlier[0][0] <= now:
@@ -626,16 +616,6 @@ class ClusterNode:
             ceilings = QuotaCeilings(groups, [changed for _, changed in self._earlier]) if self._earlier else groups
             check_plausible(report, ceilings, slack)
         return report
-
-    def _fold_scope(self, groups: Mapping[str, ResourceGroup]) -> FoldScope:
-        """The entries we parse and fold: those of configured groups (the calculator, /stats and
-        the plausibility check read no other). A peer's report names every group it serves, 5 000
-        at PIP-82's scale, and through its index we parse only ours. Built again after a config
-        change (apply_config) or when the config is another mapping or size, not per report."""
-        stamp = (id(groups), len(groups))
-        if self._scope is None or self._scope[0] != stamp:
-            self._scope = (stamp, FoldScope(groups))
-        return self._scope[1]
 
     def receive(self, data: bytes, properties: Mapping[str, str] | None, now: float) -> FoldOutcome:
         try:
