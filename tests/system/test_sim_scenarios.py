@@ -137,8 +137,8 @@ def test_previous_is_what_keeps_a_surge_under_the_quota(monkeypatch: pytest.Monk
     assert with_previous.overshoot_pct <= 2.0
     call = ClusterNode._call
 
-    def without_previous(self, group):  # a daemon that counts its newest report as what peers hold
-        c = call(self, group)
+    def without_previous(self, group, ctx=None):  # a daemon that counts its newest report as what peers hold
+        c = call(self, group, ctx)
         return with_field(c, previous=c.usage.get(self.node_id))
 
     monkeypatch.setattr(ClusterNode, "_call", without_previous)
