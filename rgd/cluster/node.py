@@ -472,8 +472,6 @@ class ClusterNode:
                                 for n, gu in fresh.items())
         fallen = {n for n, gu in fresh.items() if _demand(peer_usage(gu, tick_s)) < _demand(self.own.latest(n))}
         report.groups.extend(entries[n] for n in sorted(entries))
-        if self.config.guarded:  # asked, not answered by every member yet: ask again (a loss costs a react, not a tick)
-            report.ack_wanted |= self.awaiting_acks()
         if report.ack_wanted:
             self._asked_at = self.own.sequence + 1
         self.namespaces_trimmed += bound_report(report).namespaces
