@@ -213,7 +213,7 @@ class ClusterNode:
         self._round_trips = [(at, rtt) for at, rtt in self._round_trips if at >= horizon]
         self._echo_delays = [(at, d) for at, d in self._echo_delays if at >= horizon]
         # Before a peer answered: the topic's delay both ways (our echo's) and a peer's react.
-        echoed = 2 * max((d for _, d in self._echo_delays), default=0.0) + 2 * self.config.react_seconds
+        echoed = 2 * self._longest_echo() + 2 * self.config.react_seconds
         return max([echoed, *(rtt for _, rtt in self._round_trips)])
 
     def announced_lease(self, now: float) -> float:
@@ -262,7 +262,11 @@ class ClusterNode:
         """How long before its first report reached us a member may have subscribed: the
         topic's delay (the longest our recent echoes took; the settling premise P3 takes the
         same) and a tick between a daemon's subscription and its first report."""
-        return max((d for _, d in self._echo_delays), default=0.0) + self.config.tick_seconds
+        return self._longest_echo() + self.config.tick_seconds
+
+    def _longest_echo(self) -> float:
+        """The longest delay our recent reports took to come back to us: the topic's delay."""
+        return max((d for _, d in self._echo_delays), default=0.0)
 
     def _acked(self) -> int:
         """The oldest of our sequences a live member acknowledged (ours if we are alone)."""
@@ -422,9 +426,8 @@ class ClusterNode:
     def _shortest_window(self, group: str) -> float:
         """The shortest window a group's demand is measured over: none for its first demand (the
         first react after it reports it: a new group's first second matters), a fifth of a tick
-        once it has some (a few
-        asks in a shorter window read as noise, and the acknowledged minimum over noisy
-        figures sits below the demand)."""
+        once it has some (a few asks in a shorter window read as noise, and the acknowledged
+        minimum over noisy figures sits below the demand)."""
         if self.own.latest(group) is None:
             return 0.0
         return max(self.config.react_seconds, EARLY_WINDOW_TICKS * self.config.tick_seconds) - 1e-9
@@ -628,13 +631,14 @@ class ClusterNode:
         if report.daemon_id == self.node_id:
             if report.incarnation == self.incarnation:
                 self.heard_at = now
-                if (sent := self._sent_at(report.sequence)) > -math.inf:
+                sent = self._sent_at(report.sequence)
+                if sent > -math.inf:
                     self._echo_delays.append((now, now - sent))
                     self._echoed = True
-            if self.settled_at is None and report.incarnation == self.incarnation:
-                # Listening from now (or our start) for a tick plus the delay this echo took.
-                delay = max(0.0, now - self._sent_at(report.sequence))
-                self.settled_at = max(now, self.deaf_since + self.config.tick_seconds + delay)
+                if self.settled_at is None:
+                    # Listening from now (or our start) for a tick plus the delay this echo took.
+                    delay = max(0.0, now - sent)
+                    self.settled_at = max(now, self.deaf_since + self.config.tick_seconds + delay)
             return FoldOutcome(report, REJECT_OWN)
         member = self.usage_map.members.get(report.daemon_id)
         acked_before = member.acked_us if member is not None and member.incarnation == report.incarnation else 0
