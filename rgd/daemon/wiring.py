@@ -134,6 +134,10 @@ class Daemon:
         self._unresponsive: str | None = None  # why the broker counted as not answering at the last check
         self.pending_changes: list[ConfigChange] = []
         self._flushing = asyncio.Lock()  # one flush at a time: each publishes the head, then pops it
+        # Reports reach the producer in the order they were numbered (the tick's and react's
+        # tasks both publish, a split report part by part): a peer counts a skipped number as
+        # lost and drops the late one as a duplicate.
+        self._publishing = asyncio.Lock()
         self.broker: EmbeddedBroker | None = None
         self.pulsar_url = settings.pulsar_url
         self.usage_log: UsageLog | None = None
@@ -649,28 +653,30 @@ class Daemon:
         and peers may fold it late like any delayed report; waiting for its acknowledgement
         would only hold up the tick, so the wait is one react interval, and failures are
         counted, not logged (the outage was logged once)."""
-        for part in parts:
-            try:
-                data = await asyncio.wait_for(self._publish(part), self.node.config.react_seconds)
-            except Exception:
-                self.metrics.publish_errors.inc()
-                continue
-            self.metrics.reports_published.inc()
-            if self.log_guard is not None:
-                self.log_guard.append_published(data)
+        async with self._publishing:
+            for part in parts:
+                try:
+                    data = await asyncio.wait_for(self._publish(part), self.node.config.react_seconds)
+                except Exception:
+                    self.metrics.publish_errors.inc()
+                    continue
+                self.metrics.reports_published.inc()
+                if self.log_guard is not None:
+                    self.log_guard.append_published(data)
 
     async def _publish_logged(self, parts: list[UsageReport]) -> None:
         """Publish a report (in its parts, if it was split to fit the broker) and log it."""
-        for part in parts:
-            try:
-                data = await asyncio.wait_for(self._publish(part), self.settings.tick)
-            except Exception as exc:
-                self.metrics.publish_errors.inc()
-                log.warning("report %d not published: %s", part.sequence, str(exc) or type(exc).__name__)
-                continue
-            self.metrics.reports_published.inc()
-            if self.log_guard is not None:
-                self.log_guard.append_published(data)
+        async with self._publishing:  # taken with no await since the parts were numbered
+            for part in parts:
+                try:
+                    data = await asyncio.wait_for(self._publish(part), self.settings.tick)
+                except Exception as exc:
+                    self.metrics.publish_errors.inc()
+                    log.warning("report %d not published: %s", part.sequence, str(exc) or type(exc).__name__)
+                    continue
+                self.metrics.reports_published.inc()
+                if self.log_guard is not None:
+                    self.log_guard.append_published(data)
 
     async def _drain_inbox(self, now: float) -> None:
         """Fold everything received since the last drain. Folding a

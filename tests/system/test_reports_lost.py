@@ -2,7 +2,10 @@
 
 A broker outage is not loss: no daemon publishes while it is down, so the
 sequence numbers of those ticks must not turn up as gaps afterwards. Reports
-that were published and did not reach us are counted, exactly.
+that were published and did not reach us are counted, exactly. A report handed
+to the client as the broker died may or may not have reached the topic: its
+number stays used (reusing it could hide a report peers did fold), so a peer
+counts it lost if it did not; those are at most the sender's failed publishes.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ def lost(d: Daemon) -> float:
     return d.metrics.reports_lost._value.get()
 
 
+def failed(d: Daemon) -> float:
+    return d.metrics.publish_errors._value.get()
+
+
 async def test_a_broker_outage_is_not_counted_as_lost_reports(own_broker, tmp_path, topics) -> None:
     a, b = await start_pair(own_broker.url, tmp_path, topics)
     try:
@@ -61,7 +68,9 @@ async def test_a_broker_outage_is_not_counted_as_lost_reports(own_broker, tmp_pa
             received = (a.metrics.reports_received._value.get(), b.metrics.reports_received._value.get())
             await wait_for(lambda: a.metrics.reports_received._value.get() >= received[0] + 5
                            and b.metrics.reports_received._value.get() >= received[1] + 5, 30)
-            assert lost(a) == 0 and lost(b) == 0, (lost(a), lost(b))
+            # Only a report in flight as the broker died can be missing: the ten ticks of the
+            # outage used no number.
+            assert lost(a) <= failed(b) and lost(b) <= failed(a), (lost(a), failed(b), lost(b), failed(a))
         finally:
             await a.stop()
             await b.stop()
