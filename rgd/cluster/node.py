@@ -632,13 +632,13 @@ class ClusterNode:
             if report.incarnation == self.incarnation:
                 self.heard_at = now
                 sent = self._sent_at(report.sequence)
-                if sent > -math.inf:
+                if sent > -math.inf:  # an echo of a report we no longer keep measures no delay
                     self._echo_delays.append((now, now - sent))
                     self._echoed = True
-                if self.settled_at is None:
-                    # Listening from now (or our start) for a tick plus the delay this echo took.
-                    delay = max(0.0, now - sent)
-                    self.settled_at = max(now, self.deaf_since + self.config.tick_seconds + delay)
+                    if self.settled_at is None:
+                        # Listening from now (or our start) for a tick plus the delay this echo took.
+                        delay = max(0.0, now - sent)
+                        self.settled_at = max(now, self.deaf_since + self.config.tick_seconds + delay)
             return FoldOutcome(report, REJECT_OWN)
         member = self.usage_map.members.get(report.daemon_id)
         acked_before = member.acked_us if member is not None and member.incarnation == report.incarnation else 0

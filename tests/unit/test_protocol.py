@@ -335,6 +335,23 @@ def test_a_healed_node_takes_its_share_again_once_its_peers_acknowledge_it() -> 
     assert topic.limits() == pytest.approx({"a": 33.3, "b": 33.3, "c": 33.3}, abs=1.0)
 
 
+def test_a_healed_node_settles_though_the_first_echo_it_hears_is_of_a_report_it_no_longer_keeps() -> None:
+    """Settling waits a tick plus the delay an echo took; an echo of a report we pruned measures
+    no delay, so it does not settle us (an unknown delay is not an infinite one)."""
+    topic = started(["a"])
+    node = topic.nodes["a"]
+    stale = node.tick_report(topic.clock.now()).parts  # its echo comes back only after the cut
+    topic.cut.add("a")
+    topic.run(12.0)  # deaf past its lease: it listens again; the report is pruned meanwhile
+    assert not node.settled() and all(seq != stale[0].sequence for seq, _, _ in node.own.sent)
+    topic.cut.discard("a")
+    for part in stale:
+        node.receive(serialize_report(part), None, topic.clock.now())
+    topic.run(3.0)
+    assert node.lease_valid(topic.clock.now())
+    assert topic.limits() == {"a": 100.0}
+
+
 def test_a_peers_restart_leaves_the_others_their_shares_and_the_sum_within_the_quota() -> None:
     """A restarted peer holds nothing of ours, or a state we reported since it subscribed: the
     others go on counting their demand as of then (60 all along), not as idle, so they keep
