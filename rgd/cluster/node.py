@@ -481,9 +481,9 @@ class ClusterNode:
                 report.ack_sequences.append(seq)
         # A rise waits for acknowledgements; a fall lowers our own limit before the report
         # goes out (peers may raise theirs the moment they fold it).
-        report.ack_wanted = any(_demand(peer_usage(gu, tick_s)) > _demand(self.own.latest(n))
-                                for n, gu in fresh.items())
-        fallen = {n for n, gu in fresh.items() if _demand(peer_usage(gu, tick_s)) < _demand(self.own.latest(n))}
+        usages = {n: peer_usage(gu, tick_s) for n, gu in entries.items()}  # what peers will fold
+        report.ack_wanted = any(_demand(usages[n]) > _demand(self.own.latest(n)) for n in fresh)
+        fallen = {n for n in fresh if _demand(usages[n]) < _demand(self.own.latest(n))}
         report.groups.extend(entries[n] for n in sorted(entries))
         if report.ack_wanted:
             self._asked_at = self.own.sequence + 1
@@ -503,7 +503,7 @@ class ClusterNode:
             part.sequence = self.own.next_sequence()
             if i:
                 part.base = part.sequence - 1  # a part applies on top of the one before it
-            named = {g.group: (None if (u := peer_usage(g, tick_s)).idle else u) for g in part.groups}
+            named = {g.group: (None if (u := usages[g.group]).idle else u) for g in part.groups}
             self.own.record(part.sequence, now, report.lease_ms / 1000.0, named)
             for name, usage in named.items():
                 self.usage_map.set_local(self.node_id, name, usage or PeerUsage(), now)
