@@ -487,3 +487,39 @@ def test_an_acknowledgement_marks_dirty_only_the_groups_named_since_the_oldest_o
     node.own.record(node.own.next_sequence(), 0.5, 3.0, {"q": usage(9.0)})  # report 2 names q alone
     assert node.receive(sent(report("b", 2, 1, {}, acks={"a": 2}), clock), None, 0.5).accepted
     assert node.dirty == {"q"} and not node.all_dirty
+
+
+def test_own_report_passes_build_entries_only_for_groups_counted_or_last_reported(monkeypatch) -> None:
+    """At PIP-82's size a daemon serves 5 000 groups and brokers ask for a few hundred a second:
+    a tick builds entries for the groups counted since their mark or our last tick, and those
+    whose last report said they were busy (they must be reported idle), and a react reads only
+    the buckets counted since their mark. The others read zero either way."""
+    import rgd.cluster.node as node_module
+
+    clock = FakeClock(0.0)
+    groups = {f"g{i}": ResourceGroup(f"g{i}", publish_msgs=100.0) for i in range(200)}
+    node = ClusterNode(NodeConfig("a", TICK, react_seconds=REACT), 1, clock, lambda: groups)
+    for g in groups.values():
+        node.limiter.acquire(g, "publish", 1, 10, "t/ns")  # every group busy once
+    built: list[list[str]] = []
+    group_entries = node_module.group_entries
+
+    def counting(collected, states, registry, names=None):  # type: ignore[no-untyped-def]
+        built.append(list(names or []))
+        return group_entries(collected, states, registry, names)
+
+    monkeypatch.setattr(node_module, "group_entries", counting)
+    for step in range(1, 3 * int(TICK / REACT) + 1):  # three ticks; g7 asked in the last one
+        clock.t = round(step * REACT, 9)
+        if step > 2 * int(TICK / REACT):
+            node.limiter.acquire(groups["g7"], "publish", 1, 10, "t/ns")
+        if abs(clock.t / TICK - round(clock.t / TICK)) < 1e-9:
+            out = node.tick_report(clock.t)
+            if step < 3 * int(TICK / REACT):
+                built.clear()
+        else:
+            node.react(clock.t)
+    # Tick 1: every group is reported busy; tick 2: idle (said at once); then only g7 is
+    # counted, and nothing else is left to say: its reacts and the tick build g7 alone.
+    assert built and all(b == ["g7"] for b in built), built
+    assert set(out.sent) <= {"g7"}
