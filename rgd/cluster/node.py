@@ -336,8 +336,9 @@ class ClusterNode:
         they were computed with."""
         now = self.clock.now() if now is None else now
         groups = self.groups()
-        served = sorted({g for g, _ in self.limiter.states})
-        targets = [groups[n] for n in served if n in groups and (names is None or n in names)]
+        states = self.limiter.states
+        served = sorted({g for g, _ in states}) if names is None else sorted(n for n in names if _keys_of(n, states))
+        targets = [groups[n] for n in served if n in groups]
         if self.lease_valid(now):
             ctx = self._call_context(now)
             limits = calculate_many([self._call(g, ctx) for g in targets])

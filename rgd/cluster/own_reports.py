@@ -29,7 +29,7 @@ class OwnReports:
     # first; None is idle. Pruned to the state as of the oldest acknowledged sequence.
     history: dict[str, list[tuple[int, PeerUsage | None]]] = field(default_factory=dict)
     # Per group: the last sequence that named it (a report with base b names every group
-    # whose last sequence is after b).
+    # whose last sequence is after b), in the order of those sequences (`record` keeps it).
     named_at: dict[str, int] = field(default_factory=dict)
 
     def next_sequence(self) -> int:
@@ -40,6 +40,7 @@ class OwnReports:
         """Report `sequence` went out at `at` naming `named` (group -> what peers fold)."""
         self.sent.append((sequence, at, lease))
         for name, usage in named.items():
+            self.named_at.pop(name, None)  # to the end: named_at stays in the order of its sequences
             self.named_at[name] = sequence
             history = self.history.setdefault(name, [])
             if history and history[-1][0] == sequence:
@@ -95,8 +96,14 @@ class OwnReports:
         return last
 
     def changed_after(self, base: int) -> list[str]:
-        """Groups named by a report after `base` (sorted)."""
-        return sorted(n for n, s in self.named_at.items() if s > base)
+        """Groups named by a report after `base` (sorted). Read from the newest naming back, so
+        a report costs what changed since `base`, not a pass over every group we ever named."""
+        out = []
+        for name in reversed(self.named_at):
+            if self.named_at[name] <= base:
+                break
+            out.append(name)
+        return sorted(out)
 
     def active(self) -> list[str]:
         """Groups whose latest state has demand (what a whole-state report names)."""

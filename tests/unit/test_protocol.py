@@ -58,6 +58,32 @@ def test_own_demand_counts_as_the_smallest_state_a_peer_may_hold() -> None:
     assert own.as_held("g", 4) is None
 
 
+def test_groups_named_after_a_base_are_those_whose_last_naming_is_later() -> None:
+    """Against a literal model (name -> last sequence), through renamings, an unsent report
+    and a forgotten group, at every base."""
+    import random
+
+    rng = random.Random(4)
+    own = OwnReports()
+    last: dict[str, int] = {}
+    for _ in range(300):
+        if rng.random() < 0.1 and own.sequence:
+            seq = own.sequence
+            own.unsent(seq)
+            last = {n: s for n, s in last.items() if s != seq}
+            continue
+        if rng.random() < 0.05 and last:
+            gone = rng.choice(sorted(last))
+            own.forget(gone)
+            del last[gone]
+        seq = own.next_sequence()
+        named = {f"g{rng.randrange(12)}": usage(1) for _ in range(rng.randrange(4))}
+        own.record(seq, float(seq), 3.0, named)
+        last.update(dict.fromkeys(named, seq))
+        for base in range(seq + 1):
+            assert own.changed_after(base) == sorted(n for n, s in last.items() if s > base)
+
+
 def test_the_lease_ends_at_the_earliest_send_plus_announced_lease_since_the_oldest_acknowledgement() -> None:
     own = OwnReports()
     own.record(1, 10.0, 3.0, {})
