@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -408,8 +408,12 @@ class ClusterNode:
 
     # -- reports out ------------------------------------------------------------------------
 
+    def _measured(self, now: float, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The buckets among `keys` whose window since their mark is long enough to measure."""
+        return [k for k in keys if now - self._mark_of(k, now)[0] >= self._shortest_window(k[0])]
+
     def _window_entries(self, now: float, collected: Mapping[tuple[str, str], Collected] | None,
-                        names: list[str] | None = None) -> dict[str, GroupUsage]:
+                        keys: list[tuple[str, str]]) -> dict[str, GroupUsage]:
         """Each group's figures since its last report, as counts per tick (so every report's
         figures read at one tick length whatever window they were measured over). At a tick
         (`collected` given), over the whole tick instead where that reads higher: after an early
@@ -418,8 +422,6 @@ class ClusterNode:
         tick = self.config.tick_seconds
         scaled: dict[tuple[str, str], Collected] = {}
         states = self.limiter.states
-        candidates = states if names is None else [k for n in names for k in _keys_of(n, states)]
-        keys = [k for k in candidates if now - self._mark_of(k, now)[0] >= self._shortest_window(k[0])]
         for key in keys:
             at, counted = self._mark_of(key, now)
             totals = _totals(states[key])
@@ -552,14 +554,14 @@ class ClusterNode:
         collected = self.limiter.collect()
         states = self.limiter.states
         self._take_counted()
-        measured = sorted({k[0] for k in states if now - self._mark_of(k, now)[0] >= self._shortest_window(k[0])})
+        keys = self._measured(now, states)
         # A group counted nothing since its mark and since our last tick reads zero; it has
         # something to say only if its last report said otherwise (suppression's last_sent;
         # one last said idle stands as last sent below, as a zero entry would), so the others'
         # entries are not built at all (most of 5 000 groups, most ticks).
         moved = {k[0] for k in self._since_mark | self._since_tick}
         moved.update(n for n, last in self.suppression.last_sent.items() if any(last))
-        entries = self._window_entries(now, collected, [n for n in measured if n in moved])
+        entries = self._window_entries(now, collected, [k for k in keys if k[0] in moved])
         # A group reported moments ago (an early report) is not measured again over a window
         # too short to count in: it stands as last sent.
         current = {n: figures(gu) for n, gu in entries.items()}
@@ -571,7 +573,7 @@ class ClusterNode:
         fresh = {n: entries[n] if n in entries else self._restated(n, tick_s) if n in served else GroupUsage(group=n)
                  for n in send}
         parts = self._report(now, fresh)
-        self._mark(now, measured)
+        self._mark(now, sorted({k[0] for k in keys}))
         self._tick_marks = {key: (now, _totals(st)) for key, st in states.items()}
         self._since_tick = set()
         self.ticks += 1
@@ -593,7 +595,8 @@ class ClusterNode:
         if not risen and not self.ack_due and not renew:
             return []
         self.ack_due = False
-        entries = self._window_entries(now, None, risen) if risen else {}
+        states = self.limiter.states
+        entries = self._window_entries(now, None, self._measured(now, [k for n in risen for k in _keys_of(n, states)]))
         for name, gu in entries.items():
             self.suppression.last_sent[name] = figures(gu)
             self.suppression.skipped[name] = 0
