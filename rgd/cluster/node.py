@@ -193,7 +193,6 @@ class ClusterNode:
         # A key outside it has nothing since its mark, so it cannot have risen: reacts, twenty a
         # tick, read these alone instead of every bucket (10 000 at PIP-82's size).
         self._since_mark: set[tuple[str, str]] = set()
-        self._since_tick: set[tuple[str, str]] = set()  # ... and since our last tick
         self.limiter.take_counted()  # starts the limiter's tracking (it has no state yet)
         self._lease_was_valid = False
         # Round trips (send -> acknowledgement) measured lately: (our clock, seconds).
@@ -455,12 +454,7 @@ class ClusterNode:
             mark = self._marks[key] = (min(self.limiter.states[key].born, now), (0,) * 6)
         return mark
 
-    def _take_counted(self) -> None:
-        counted = self.limiter.take_counted()
-        self._since_mark |= counted
-        self._since_tick |= counted
-
-    def _mark(self, now: float, names: list[str]) -> None:
+    def _mark(self, now: float, names: Iterable[str]) -> None:
         states = self.limiter.states
         for name in names:
             for key in _keys_of(name, states):
@@ -553,13 +547,14 @@ class ClusterNode:
         tick_s = self.config.tick_seconds
         collected = self.limiter.collect()
         states = self.limiter.states
-        self._take_counted()
+        self._since_mark |= self.limiter.take_counted()
         keys = self._measured(now, states)
-        # A group counted nothing since its mark and since our last tick reads zero; it has
-        # something to say only if its last report said otherwise (suppression's last_sent;
-        # one last said idle stands as last sent below, as a zero entry would), so the others'
-        # entries are not built at all (most of 5 000 groups, most ticks).
-        moved = {k[0] for k in self._since_mark | self._since_tick}
+        # A group counted nothing since its mark and since our last tick (the collect) reads
+        # zero; it has something to say only if its last report said otherwise (suppression's
+        # last_sent; one last said idle stands as last sent below, as a zero entry would), so
+        # the others' entries are not built at all (most of 5 000 groups, most ticks).
+        moved = {k[0] for k in self._since_mark}
+        moved.update(k[0] for k, c in collected.items() if not c.counters.idle)
         moved.update(n for n, last in self.suppression.last_sent.items() if any(last))
         entries = self._window_entries(now, collected, [k for k in keys if k[0] in moved])
         # A group reported moments ago (an early report) is not measured again over a window
@@ -569,13 +564,11 @@ class ClusterNode:
             if name not in current and _keys_of(name, states):
                 current[name] = last
         send, suppressed = select_reports(self.config.suppression, self.suppression, current)
-        served = {g for g, _ in self.limiter.states}
-        fresh = {n: entries[n] if n in entries else self._restated(n, tick_s) if n in served else GroupUsage(group=n)
-                 for n in send}
+        fresh = {n: entries[n] if n in entries else self._restated(n, tick_s) if _keys_of(n, states)
+                 else GroupUsage(group=n) for n in send}
         parts = self._report(now, fresh)
-        self._mark(now, sorted({k[0] for k in keys}))
+        self._mark(now, {k[0] for k in keys})
         self._tick_marks = {key: (now, _totals(st)) for key, st in states.items()}
-        self._since_tick = set()
         self.ticks += 1
         self.limiter.recompute_at = now + self.config.react_seconds
         rates = {key: (c.counters.admitted_messages / tick_s, c.counters.admitted_bytes / tick_s)
@@ -611,7 +604,7 @@ class ClusterNode:
         tolerance = self.config.suppression.tolerance
         out = set()
         states = self.limiter.states
-        self._take_counted()
+        self._since_mark |= self.limiter.take_counted()
         for key in list(self._since_mark):
             st = states.get(key)
             if st is None:  # forgotten (its group left the config)
