@@ -14,6 +14,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import takewhile
 
 from rgd.quota.model import PeerUsage, min_usage
 
@@ -98,12 +99,7 @@ class OwnReports:
     def changed_after(self, base: int) -> list[str]:
         """Groups named by a report after `base` (sorted). Read from the newest naming back, so
         a report costs what changed since `base`, not a pass over every group we ever named."""
-        out = []
-        for name in reversed(self.named_at):
-            if self.named_at[name] <= base:
-                break
-            out.append(name)
-        return sorted(out)
+        return sorted(takewhile(lambda name: self.named_at[name] > base, reversed(self.named_at)))
 
     def active(self) -> list[str]:
         """Groups whose latest state has demand (what a whole-state report names)."""
