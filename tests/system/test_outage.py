@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import statistics
 import time
 
 import pytest
@@ -39,16 +38,27 @@ def test_broker_outage_ends_the_leases_and_reconverges(own_broker, tmp_path):
 
         async def scenario():
             load = asyncio.create_task(run_streams(
-                [Stream(c.daemons[d].url, f"acme/{d}", constant(r)) for d, r in demands.items()], 32, t0))
+                [Stream(c.daemons[d].url, f"acme/{d}", constant(r)) for d, r in demands.items()], 36, t0))
             await asyncio.sleep(5)  # deliberate: the scenario's timeline (the outage 5 s into the load)
-            # The split before the outage: the median of 5 samples over a second, taken off
-            # the loop that drives the load (a blocking read here stalls it, and the load
-            # then catches up in a burst that the daemons rightly answer for a moment).
-            samples = []
-            for _ in range(5):
-                samples.append(await asyncio.to_thread(lambda: {d: c.local_limit(d) for d in demands}))
-                await asyncio.sleep(0.2)
-            timeline["fair_before"] = {d: statistics.median(x[d] for x in samples) for d in demands}
+            # The split before the outage: the first time both shares are within 10 % of the
+            # fair split, read off the loop that drives the load (a blocking read here stalls
+            # it, and the load then catches up in a burst that the daemons rightly answer for a
+            # moment). A wait, not one reading: on a loaded machine the load itself can fall
+            # short of its rate for a tick, and the daemons then rightly hand the slack to the
+            # other (199/101 once in CI); converging is the claim, not a figure at second 5.
+            def split() -> dict[str, float]:
+                seen = {d: c.local_limit(d) for d in demands}
+                timeline["fair_before"] = seen
+                return seen
+
+            def fair(seen: dict[str, float]) -> bool:
+                return abs(seen["d1"] - 210) <= 21 and abs(seen["d2"] - 90) <= 9
+
+            try:
+                waited = await asyncio.to_thread(lambda: wait_until(lambda: fair(split()), 8, interval=0.2))
+            except AssertionError:
+                raise AssertionError(f"no fair split within 8 s of second 5: last {timeline['fair_before']}") from None
+            timeline["fair_after_s"] = 5 + waited
             timeline["expired_before"] = await asyncio.to_thread(
                 lambda: [c.metric(d, "rgd_leases_expired_total") for d in demands])
             own_broker.process.send_signal(signal.SIGKILL)
@@ -81,6 +91,7 @@ def test_broker_outage_ends_the_leases_and_reconverges(own_broker, tmp_path):
         print(f"\noutage timeline: { {k: v for k, v in timeline.items() if k != 'restarted'} }")
         before = timeline["fair_before"]
         assert before["d1"] == pytest.approx(210, rel=0.1) and before["d2"] == pytest.approx(90, rel=0.1)
+        assert timeline["fair_after_s"] <= 5 + 8
         # Nothing admitted once the lease ended: 3 s of lease, plus up to a tick before the
         # metric is exported, plus the polling.
         assert timeline["lease_ended_s"] <= 3.0 + 1.0 + 1.0
