@@ -31,7 +31,14 @@ from rgd.cluster.usage_map import UsageMap, member_tag
 from rgd.config.groups import KINDS, QuotaCeilings, ResourceGroup
 from rgd.limiting.limiter import Collected, KindState, Limiter, Place, TickCounters, largest_bucket_seconds, rate_of
 from rgd.limiting.token_bucket import DEFAULT_BURST_SECONDS
-from rgd.quota.calculator import PEER_VIEW_STRATEGIES, UNSET, CalculatorCall, calculate_many, start_seconds_for
+from rgd.quota.calculator import (
+    PEER_VIEW_STRATEGIES,
+    UNSET,
+    CalculatorCall,
+    calculate_many,
+    splits_jointly,
+    start_seconds_for,
+)
 from rgd.quota.inputs import QuotaParams
 from rgd.quota.model import IDLE, GroupLimits, KindRates, PeerUsage
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
@@ -141,6 +148,22 @@ def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
     if usage is None:
         return (0.0,) * (2 * len(KINDS))
     return tuple(v for k in KINDS for v in (usage.kind(k).demand_messages, usage.kind(k).demand_bytes))
+
+
+def _rose(new: PeerUsage, old: PeerUsage | None) -> bool:
+    """Whether some figure of `new` is above `old`'s (a rise waits for acknowledgements)."""
+    return any(a > b for a, b in zip(_demand(new), _demand(old), strict=True))
+
+
+def _may_lower(new: PeerUsage, old: PeerUsage | None, group: ResourceGroup | None) -> bool:
+    """Whether peers folding `new` where they held `old` may grant themselves more than they
+    did, so our limits must come down before the report goes out: some figure fell, or, in
+    a group split jointly, any changed (a larger message size of ours leaves peers more
+    messages)."""
+    before, after = _demand(old), _demand(new)
+    if any(a < b for a, b in zip(after, before, strict=True)):
+        return True
+    return after != before and group is not None and splits_jointly(group)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,9 +336,13 @@ class ClusterNode:
             view[self.node_id] = ours
         else:
             view.pop(self.node_id, None)
-        previous = self.own.as_held(group.name, ctx.oldest_held) if self.config.guarded else UNSET
+        if not self.config.guarded:
+            return CalculatorCall(group, view, self.node_id, ctx.members, self.config.strategy,
+                                  self.config.params, UNSET, True)
+        held = self.own.held_states(group.name, ctx.oldest_held) if splits_jointly(group) else None
+        previous = self.own.as_held(group.name, ctx.oldest_held)
         return CalculatorCall(group, view, self.node_id, ctx.members, self.config.strategy,
-                              self.config.params, previous, True)
+                              self.config.params, previous, True, held or ())
 
     def _call_context(self, now: float) -> _CallContext:
         """What every group's calculator call reads alike, read once per recompute (not once per
@@ -482,11 +509,16 @@ class ClusterNode:
             if m is not None and seq > 0:
                 report.ack_members.append(member_tag(d, m.incarnation))
                 report.ack_sequences.append(seq)
-        # A rise waits for acknowledgements; a fall lowers our own limit before the report
-        # goes out (peers may raise theirs the moment they fold it).
+        # A rise of any figure waits for acknowledgements; a report that may let peers grant
+        # themselves more (a fall, or in a joint split any change) lowers our own limits
+        # before it goes out (peers may raise theirs the moment they fold it). Guarded only:
+        # other strategies count their newest figures as they are, so a recompute here would
+        # raise their limits as often as lower them.
         usages = {n: peer_usage(gu, tick_s) for n, gu in entries.items()}  # what peers will fold
-        report.ack_wanted = any(_demand(usages[n]) > _demand(self.own.latest(n)) for n in fresh)
-        fallen = {n for n in fresh if _demand(usages[n]) < _demand(self.own.latest(n))}
+        configured = self.groups()
+        report.ack_wanted = any(_rose(usages[n], self.own.latest(n)) for n in fresh)
+        lowering = {n for n in fresh if _may_lower(usages[n], self.own.latest(n), configured.get(n))
+                    } if self.config.guarded else set()
         report.groups.extend(entries[n] for n in sorted(entries))
         if report.ack_wanted:
             self._asked_at = self.own.sequence + 1
@@ -510,8 +542,8 @@ class ClusterNode:
             self.own.record(part.sequence, now, report.lease_ms / 1000.0, named)
             for name, usage in named.items():
                 self.usage_map.set_local(self.node_id, name, usage or PeerUsage(), now)
-        if fallen:
-            self.recompute(fallen, now)
+        if lowering:
+            self.recompute(lowering, now)
         return parts
 
     def _restated(self, name: str, tick_s: float) -> GroupUsage:

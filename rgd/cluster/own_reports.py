@@ -69,10 +69,20 @@ class OwnReports:
     def as_held(self, group: str, acked: int) -> PeerUsage | None:
         """The smallest of our figures for `group` a peer that acknowledged `acked` may hold:
         the state as of `acked` and every later one (None: some peer may hold us idle)."""
+        states = self.held_states(group, acked)
+        if states is None:
+            return None
+        smallest = states[0]
+        for usage in states[1:]:
+            smallest = min_usage(smallest, usage)
+        return smallest
+
+    def held_states(self, group: str, acked: int) -> tuple[PeerUsage, ...] | None:
+        """Each of our states of `group` a peer that acknowledged `acked` may hold, oldest
+        first: the state as of `acked` and every later one (None: some peer may hold us idle)."""
         history = self.history.get(group)
         if not history:
             return None
-        smallest: PeerUsage | None = None
         start = 0
         for i, (seq, _) in enumerate(history):
             if seq <= acked:
@@ -81,11 +91,8 @@ class OwnReports:
                 break
         if history[start][0] > acked:
             return None  # the state as of `acked` did not name it: idle there
-        for _, usage in history[start:]:
-            if usage is None:
-                return None
-            smallest = usage if smallest is None else min_usage(smallest, usage)
-        return smallest
+        states = tuple(usage for _, usage in history[start:])
+        return None if any(u is None for u in states) else states  # type: ignore[return-value]
 
     def sent_before(self, at: float) -> int:
         """The last of our sequences sent at or before `at` (the first we keep if none is)."""

@@ -366,6 +366,7 @@ def compute_limits(
     params: QuotaParams | None = None,
     *,
     previous: PeerUsage | _Unset | None = UNSET,
+    held: Sequence[PeerUsage] = (),
     settled: bool = True,
 ) -> GroupLimits:
     """This daemon's limits for `group`: {kind -> (messages/s, bytes/s)}, inf = unlimited.
@@ -376,6 +377,8 @@ def compute_limits(
       None if a peer may hold nothing of ours for this group. Pass it: without it an
       increase of our own demand is granted before peers made room, which can
       overshoot the quota until they fold it (see module doc).
+    held: each state of ours a peer may hold now (OwnReports.held_states), for kinds split
+      jointly (their budgets are not monotone in message sizes).
     settled: False while we have not heard the topic for a full tick (we may not know
       every member yet): we take only the floor.
     """
@@ -391,16 +394,23 @@ def compute_limits(
     limits = _limits_of(_shares(group, view, ids, strategy, params), self_id)
     if strategy in JOINT_STRATEGIES and isinstance(previous, PeerUsage) and self_id in view:
         ours = view[self_id]
-        joint = [k for k in KINDS if all(r > 0 for r in group.rates(k)) and ours.kind(k) != previous.kind(k)]
-        if joint:
-            # A jointly split kind's budget depends on every member's message size, and ours
-            # differs between our view (our newest figures where smaller) and our peers' (the
-            # report they hold): a budget we grow with our own smaller messages, peers did not
-            # grow. So we take no more than we would get in their view (`previous` as ours),
-            # kind by kind: then each of us takes at most its share of one map peers agree on.
-            held = dict(usage)
-            held[self_id] = previous
-            theirs = _limits_of(_shares(group, held, ids, strategy, params), self_id)
+        # A jointly split kind's budget depends on every member's message size, so it is not
+        # monotone: a peer holding figures of ours with larger messages grants itself more
+        # messages than in our view, and one holding smaller messages more bytes. So we take
+        # no more than our share in the map with any state of ours a peer may hold (`held`,
+        # and `previous`), kind by kind: each of us then takes at most its share of a map
+        # every peer that holds that state agrees on.
+        seen: list[PeerUsage] = []
+        for state in (previous, *held):
+            if state not in seen:
+                seen.append(state)
+        for state in seen:
+            joint = [k for k in KINDS if all(r > 0 for r in group.rates(k)) and ours.kind(k) != state.kind(k)]
+            if not joint:
+                continue
+            as_held = dict(usage)
+            as_held[self_id] = state
+            theirs = _limits_of(_shares(group, as_held, ids, strategy, params), self_id)
             for k in joint:
                 limits[k] = (min(limits[k][0], theirs[k][0]), min(limits[k][1], theirs[k][1]))
     return limits
@@ -419,6 +429,7 @@ class CalculatorCall:
     params: QuotaParams = DEFAULT_PARAMS
     previous: PeerUsage | _Unset | None = UNSET
     settled: bool = True
+    held: tuple[PeerUsage, ...] = ()  # see compute_limits
 
 
 def in_batch(call: CalculatorCall) -> bool:
@@ -426,7 +437,13 @@ def in_batch(call: CalculatorCall) -> bool:
     both limited (those are split jointly, in `compute_limits`)."""
     if call.strategy != DEFAULT_STRATEGY or not call.settled or isinstance(call.previous, _Unset):
         return False
-    return not any(m > 0 and b > 0 for m, b in (call.group.rates(kind) for kind in KINDS))
+    return not splits_jointly(call.group)
+
+
+def splits_jointly(group: ResourceGroup) -> bool:
+    """Whether some kind of the group limits both messages and bytes (strategy `rgd` splits
+    it jointly, in dominant shares, and that split is not monotone in message sizes)."""
+    return any(m > 0 and b > 0 for m, b in (group.rates(kind) for kind in KINDS))
 
 
 def _add_entries(problems: max_min_fair_batch.Segments, call: CalculatorCall, ids: list[str], kind: str,
@@ -478,7 +495,7 @@ def calculate_many(calls: Sequence[CalculatorCall]) -> list[GroupLimits]:
             by_params.setdefault(call.params, []).append(i)
         else:
             out[i] = compute_limits(call.group, call.usage, call.self_id, call.members, call.strategy,
-                                    call.params, previous=call.previous, settled=call.settled)
+                                    call.params, previous=call.previous, held=call.held, settled=call.settled)
     for params, indices in by_params.items():
         problems = max_min_fair_batch.Segments()
         where: list[tuple[int, str, int, int]] = []  # call, kind, segment of messages, of bytes (-1: unlimited)
@@ -558,6 +575,7 @@ __all__ = [
     "dimension_inputs",
     "dominant_inputs",
     "in_batch",
+    "splits_jointly",
     "start_seconds_for",
     "strategy_named",
 ]

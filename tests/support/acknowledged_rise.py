@@ -73,11 +73,14 @@ def _limit(r: UsageReport, group: str) -> float | None:
 
 def find_rise(logs: dict[str, Logged], riser: str, group: str, after_ms: float, factor: float = 3.0) -> Rise:
     """The riser's first report published after `after_ms` whose demand for `group` is at least
-    `factor` times the figure it reported before, and when every peer's acknowledgement of it
-    (a report of theirs naming the riser's tag with that sequence or a later one) reached the riser."""
+    `factor` times the figure it reported before (the smallest since `after_ms`), and when every
+    peer's acknowledgement of it (a report of theirs naming the riser's tag with that sequence or
+    a later one) reached the riser."""
     own = logs[riser]
     ordered = [own.published[s] for s in sorted(own.published)]
-    previous = None
+    # The figure before: the smallest reported since the last report before `after_ms` (a rise
+    # read over two reports, as when the load starts late on a busy machine, is still one rise).
+    previous: float | None = None
     rise = None
     for r in ordered:
         d = _demand(r, group)
@@ -86,7 +89,7 @@ def find_rise(logs: dict[str, Logged], riser: str, group: str, after_ms: float, 
         if r.publish_time_ms > after_ms and previous is not None and d >= factor * max(previous, 1.0):
             rise = r
             break
-        previous = d
+        previous = d if previous is None or r.publish_time_ms <= after_ms else min(previous, d)
     if rise is None:
         raise AssertionError(f"{riser} reported no rise of {group} after {after_ms}")
     tag = zlib.crc32(f"{riser}/{rise.incarnation}".encode())

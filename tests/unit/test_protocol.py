@@ -549,3 +549,96 @@ def test_own_report_passes_build_entries_only_for_groups_counted_or_last_reporte
     # counted, and nothing else is left to say: its reacts and the tick build g7 alone.
     assert built and all(b == ["g7"] for b in built), built
     assert set(out.sent) <= {"g7"}
+
+
+# -- message sizes in a group that limits messages and bytes together (P1's stated bound) -----
+
+
+JOINT = ResourceGroup("j", publish_msgs=100.0, publish_bytes=20_000.0)
+
+
+@pytest.mark.parametrize(("sizes", "after", "rate", "delay"), [
+    ({"a": 550, "b": 80}, {"a": 200, "b": 270}, 140, 2),
+    ({"a": 550, "b": 1000}, {"a": 80, "b": 80}, 95, 0),
+    ({"a": 50, "b": 550}, {"a": 200, "b": 50}, 142, 1),
+    ({"a": 80, "b": 80}, {"a": 550, "b": 270}, 169, 0),
+    ({"a": 200, "b": 50}, {"a": 1000, "b": 80}, 125, 1),
+])
+def test_message_sizes_changing_under_a_joint_split_never_grant_more_than_the_quota(
+        sizes: dict[str, int], after: dict[str, int], rate: int, delay: int) -> None:
+    """Both daemons ask `rate` messages a second, more than the quota, at their message sizes;
+    then the sizes change. A daemon whose messages grew larger leaves the other more messages
+    in the joint split; it must take its own fewer before the report saying so is folded
+    (each daemon takes no more than its share with any state of its own a peer may hold).
+    At every step the limits sum to at most each quota (the invariant, checked literally)."""
+    clock = FakeClock(0.0)
+    topic = Topic(clock, ["a", "b"], {"j": JOINT}, delay=delay)
+    for i, node in topic.nodes.items():
+        node.limiter.state(JOINT, "publish")
+        topic.publish(i, node.hello_report(0.0))
+
+    def run(seconds: float, check: object = None) -> None:
+        for _ in range(int(round(seconds / REACT))):
+            clock.t = round(clock.t + REACT, 9)
+            for who, node in topic.nodes.items():
+                for _ in range(int(rate * REACT)):
+                    node.limiter.acquire(JOINT, "publish", 1, sizes[who], "t/ns")
+            topic.step(abs(clock.t / TICK - round(clock.t / TICK)) < 1e-9)
+            if callable(check):
+                check()
+
+    sums: list[tuple[float, float]] = []
+
+    def check() -> None:
+        limits = [n.limiter.limit_in_force(JOINT, "publish") for n in topic.nodes.values()]
+        sums.append((sum(m for m, _ in limits), sum(b for _, b in limits)))
+
+    run(5.0, check)
+    sizes.update(after)
+    run(5.0, check)
+    assert max(m for m, _ in sums) <= 100.0 * (1 + 1e-9)
+    assert max(b for _, b in sums) <= 20_000.0 * (1 + 1e-9)
+
+
+TWO_KINDS = ResourceGroup("k", publish_msgs=100.0, dispatch_msgs=100.0)
+
+
+def test_a_fall_in_one_kind_lowers_its_limit_though_another_kind_rose_in_the_same_report() -> None:
+    """a publishes 20 and dispatches 80 a second, b dispatches 80: dispatch splits 50 / 50.
+    Then a publishes 40 and dispatches 10. Its report says both; b may take a's dispatch the
+    moment it folds it, so a's dispatch limit must be down before the report goes out,
+    though its publish figure rose (a report's figures are not one number that rises or
+    falls)."""
+    clock = FakeClock(0.0)
+    topic = Topic(clock, ["a", "b"], {"k": TWO_KINDS})
+    for i, node in topic.nodes.items():
+        for kind in ("publish", "dispatch"):
+            node.limiter.state(TWO_KINDS, kind)
+        topic.publish(i, node.hello_report(0.0))
+    load = {"a": {"publish": 20, "dispatch": 80}, "b": {"publish": 0, "dispatch": 80}}
+
+    def ask(who: str) -> None:
+        for kind, r in load[who].items():
+            for _ in range(int(r * REACT)):
+                topic.nodes[who].limiter.acquire(TWO_KINDS, kind, 1, 100, "t/ns")
+
+    for _ in range(50):
+        clock.t = round(clock.t + REACT, 9)
+        ask("a")
+        ask("b")
+        topic.step(abs(clock.t / TICK - round(clock.t / TICK)) < 1e-9)
+    a = topic.nodes["a"]
+    assert a.limiter.limit_in_force(TWO_KINDS, "dispatch")[0] == pytest.approx(50.0, abs=1.0)
+    load["a"] = {"publish": 40, "dispatch": 10}
+    for _ in range(10):  # a tick of the new load, no step: nothing but the report recomputes a's limits
+        clock.t = round(clock.t + REACT, 9)
+        ask("a")
+    now = clock.now()
+    parts = a.tick_report(now).parts
+    b = topic.nodes["b"]
+    for part in parts:  # b folds it at once
+        b.receive(serialize_report(part), None, now)
+    b.recompute_changed(now)
+    ours, theirs = (n.limiter.limit_in_force(TWO_KINDS, "dispatch")[0] for n in (a, b))
+    assert theirs > 50.0  # b took what a gave up ...
+    assert ours + theirs <= 100.0 + 1e-6  # ... which a had given up before its report went out
