@@ -642,3 +642,25 @@ def test_a_fall_in_one_kind_lowers_its_limit_though_another_kind_rose_in_the_sam
     ours, theirs = (n.limiter.limit_in_force(TWO_KINDS, "dispatch")[0] for n in (a, b))
     assert theirs > 50.0  # b took what a gave up ...
     assert ours + theirs <= 100.0 + 1e-6  # ... which a had given up before its report went out
+
+
+def test_a_lone_daemon_keeps_the_whole_quota_of_a_joint_group_as_its_figures_change() -> None:
+    """Lowering our limits as a report leaves guards peers that will fold it; alone there are
+    none, and the whole quota is ours: 10 messages of 1 200 bytes asked just before a tick
+    (a rate of 200 a second over its first 0.05 s) leave the limits at the quota."""
+    group = ResourceGroup("gold", publish_msgs=1000.0, publish_bytes=10_485_760.0)
+    clock = FakeClock(0.0)
+    node = ClusterNode(NodeConfig("a", TICK, react_seconds=0.05), 1, clock, lambda: {"gold": group})
+    for part in node.hello_report(0.0):
+        node.receive(serialize_report(part), None, 0.0)
+    for step in range(1, 61):  # 3 s in react intervals of 0.05 s
+        clock.t = now = round(step * 0.05, 9)
+        if step == 59:
+            node.limiter.acquire(group, "publish", 10, 12_000, "acme/orders")
+        if step % 20 == 0:
+            for part in node.tick_report(now).parts:
+                node.receive(serialize_report(part), None, now)
+        node.recompute_changed(now)
+        for part in node.react(now):
+            node.receive(serialize_report(part), None, now)
+    assert node.limiter.limit_in_force(group, "publish") == (1000.0, 10_485_760.0)
