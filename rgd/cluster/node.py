@@ -511,14 +511,17 @@ class ClusterNode:
                 report.ack_sequences.append(seq)
         # A rise of any figure waits for acknowledgements; a report that may let peers grant
         # themselves more (a fall, or in a joint split any change) lowers our own limits
-        # before it goes out (peers may raise theirs the moment they fold it; alone, nobody
-        # will). Guarded only: other strategies count their newest figures as they are, so a
-        # recompute here would raise their limits as often as lower them.
+        # before it goes out (peers may raise theirs the moment they fold it). Alone, a changed
+        # size guards nobody (and would cut the lone daemon's bytes to its messages times
+        # their size); a fall still recomputes, which is what brings a lone daemon's limits
+        # to its figures. Guarded only: other strategies count their newest figures as they
+        # are, so a recompute here would raise their limits as often as lower them.
         usages = {n: peer_usage(gu, tick_s) for n, gu in entries.items()}  # what peers will fold
         configured = self.groups()
         report.ack_wanted = any(_rose(usages[n], self.own.latest(n)) for n in fresh)
-        lowering = {n for n in fresh if _may_lower(usages[n], self.own.latest(n), configured.get(n))
-                    } if self.config.guarded and self.usage_map.members else set()
+        joint = configured if self.usage_map.members else {}
+        lowering = {n for n in fresh if _may_lower(usages[n], self.own.latest(n), joint.get(n))
+                    } if self.config.guarded else set()
         report.groups.extend(entries[n] for n in sorted(entries))
         if report.ack_wanted:
             self._asked_at = self.own.sequence + 1

@@ -645,9 +645,10 @@ def test_a_fall_in_one_kind_lowers_its_limit_though_another_kind_rose_in_the_sam
 
 
 def test_a_lone_daemon_keeps_the_whole_quota_of_a_joint_group_as_its_figures_change() -> None:
-    """Lowering our limits as a report leaves guards peers that will fold it; alone there are
-    none, and the whole quota is ours: 10 messages of 1 200 bytes asked just before a tick
-    (a rate of 200 a second over its first 0.05 s) leave the limits at the quota."""
+    """A changed message size lowers our limits as a report leaves to guard peers that will
+    fold it; alone there are none: 10 messages of 1 200 bytes asked just before a tick (a rate
+    of 200 a second over its first 0.05 s) leave the limits at the quota (the joint split would
+    cut the bytes limit to the messages times their size)."""
     group = ResourceGroup("gold", publish_msgs=1000.0, publish_bytes=10_485_760.0)
     clock = FakeClock(0.0)
     node = ClusterNode(NodeConfig("a", TICK, react_seconds=0.05), 1, clock, lambda: {"gold": group})
