@@ -158,8 +158,12 @@ def _rose(new: PeerUsage, old: PeerUsage | None) -> bool:
 def _may_lower(new: PeerUsage, old: PeerUsage | None, group: ResourceGroup | None) -> bool:
     """Whether peers folding `new` where they held `old` may grant themselves more than they
     did, so our limits must come down before the report goes out: some figure fell, or, in
-    a group split jointly, any changed (a larger message size of ours leaves peers more
-    messages)."""
+    a group split jointly (`group` given), any changed (a larger message size of ours leaves
+    peers more messages). The caller passes no group when alone: a changed size guards nobody
+    (and would cut a lone daemon's bytes to its messages times their size), while a fall still
+    recomputes, which is what brings a lone daemon's limits to its figures. Guarded strategy
+    only: the others count their newest figures as they are, so a recompute at the report
+    would raise their limits as often as lower them."""
     before, after = _demand(old), _demand(new)
     if any(a < b for a, b in zip(after, before, strict=True)):
         return True
@@ -510,12 +514,7 @@ class ClusterNode:
                 report.ack_members.append(member_tag(d, m.incarnation))
                 report.ack_sequences.append(seq)
         # A rise of any figure waits for acknowledgements; a report that may let peers grant
-        # themselves more (a fall, or in a joint split any change) lowers our own limits
-        # before it goes out (peers may raise theirs the moment they fold it). Alone, a changed
-        # size guards nobody (and would cut the lone daemon's bytes to its messages times
-        # their size); a fall still recomputes, which is what brings a lone daemon's limits
-        # to its figures. Guarded only: other strategies count their newest figures as they
-        # are, so a recompute here would raise their limits as often as lower them.
+        # themselves more lowers our own limits before it goes out (see _may_lower).
         usages = {n: peer_usage(gu, tick_s) for n, gu in entries.items()}  # what peers will fold
         configured = self.groups()
         report.ack_wanted = any(_rose(usages[n], self.own.latest(n)) for n in fresh)
