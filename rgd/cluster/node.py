@@ -150,24 +150,16 @@ def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
     return tuple(v for k in KINDS for v in (usage.kind(k).demand_messages, usage.kind(k).demand_bytes))
 
 
-def _rose(new: PeerUsage, old: PeerUsage | None) -> bool:
-    """Whether some figure of `new` is above `old`'s (a rise waits for acknowledgements)."""
-    return any(a > b for a, b in zip(_demand(new), _demand(old), strict=True))
-
-
-def _may_lower(new: PeerUsage, old: PeerUsage | None, group: ResourceGroup | None) -> bool:
-    """Whether peers folding `new` where they held `old` may grant themselves more than they
-    did, so our limits must come down before the report goes out: some figure fell, or, in
-    a group split jointly (`group` given), any changed (a larger message size of ours leaves
-    peers more messages). The caller passes no group when alone: a changed size guards nobody
-    (and would cut a lone daemon's bytes to its messages times their size), while a fall still
-    recomputes, which is what brings a lone daemon's limits to its figures. Guarded strategy
-    only: the others count their newest figures as they are, so a recompute at the report
-    would raise their limits as often as lower them."""
-    before, after = _demand(old), _demand(new)
-    if any(a < b for a, b in zip(after, before, strict=True)):
-        return True
-    return after != before and group is not None and splits_jointly(group)
+def _may_lower(after: tuple[float, ...], before: tuple[float, ...], sizes_matter: bool) -> bool:
+    """Whether peers folding figures `after` (`_demand`) where they held `before` may grant
+    themselves more than they did, so our limits must come down before the report goes out:
+    some figure fell, or, where `sizes_matter` (a group split jointly, and peers to fold it),
+    any changed (a larger message size of ours leaves peers more messages). Alone a changed
+    size guards nobody (and would cut a lone daemon's bytes to its messages times their
+    size), while a fall still recomputes, which is what brings a lone daemon's limits to its
+    figures. Guarded strategy only: the others count their newest figures as they are, so a
+    recompute at the report would raise their limits as often as lower them."""
+    return any(a < b for a, b in zip(after, before, strict=True)) or (sizes_matter and after != before)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,11 +332,10 @@ class ClusterNode:
             view[self.node_id] = ours
         else:
             view.pop(self.node_id, None)
-        if not self.config.guarded:
-            return CalculatorCall(group, view, self.node_id, ctx.members, self.config.strategy,
-                                  self.config.params, UNSET, True)
-        held = self.own.held_states(group.name, ctx.oldest_held) if splits_jointly(group) else None
-        previous = self.own.as_held(group.name, ctx.oldest_held)
+        guarded = self.config.guarded
+        previous = self.own.as_held(group.name, ctx.oldest_held) if guarded else UNSET
+        # Every state a peer may hold: read by jointly split kinds alone (compute_limits).
+        held = self.own.held_states(group.name, ctx.oldest_held) if guarded and splits_jointly(group) else None
         return CalculatorCall(group, view, self.node_id, ctx.members, self.config.strategy,
                               self.config.params, previous, True, held or ())
 
@@ -516,11 +507,13 @@ class ClusterNode:
         # A rise of any figure waits for acknowledgements; a report that may let peers grant
         # themselves more lowers our own limits before it goes out (see _may_lower).
         usages = {n: peer_usage(gu, tick_s) for n, gu in entries.items()}  # what peers will fold
-        configured = self.groups()
-        report.ack_wanted = any(_rose(usages[n], self.own.latest(n)) for n in fresh)
-        joint = configured if self.usage_map.members else {}
-        lowering = {n for n in fresh if _may_lower(usages[n], self.own.latest(n), joint.get(n))
-                    } if self.config.guarded else set()
+        moves = {n: (_demand(usages[n]), _demand(self.own.latest(n))) for n in fresh}  # (after, before)
+        report.ack_wanted = any(a > b for after, before in moves.values() for a, b in zip(after, before, strict=True))
+        lowering: set[str] = set()
+        if self.config.guarded:
+            configured, peers = self.groups(), bool(self.usage_map.members)
+            lowering = {n for n, (after, before) in moves.items() if _may_lower(
+                after, before, peers and (g := configured.get(n)) is not None and splits_jointly(g))}
         report.groups.extend(entries[n] for n in sorted(entries))
         if report.ack_wanted:
             self._asked_at = self.own.sequence + 1

@@ -404,8 +404,9 @@ def compute_limits(
         for state in (previous, *held):
             if state not in seen:
                 seen.append(state)
+        kinds = [k for k in KINDS if all(r > 0 for r in group.rates(k))]
         for state in seen:
-            joint = [k for k in KINDS if all(r > 0 for r in group.rates(k)) and ours.kind(k) != state.kind(k)]
+            joint = [k for k in kinds if ours.kind(k) != state.kind(k)]
             if not joint:
                 continue
             as_held = dict(usage)

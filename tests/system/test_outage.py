@@ -91,7 +91,6 @@ def test_broker_outage_ends_the_leases_and_reconverges(own_broker, tmp_path):
         print(f"\noutage timeline: { {k: v for k, v in timeline.items() if k != 'restarted'} }")
         before = timeline["fair_before"]
         assert before["d1"] == pytest.approx(210, rel=0.1) and before["d2"] == pytest.approx(90, rel=0.1)
-        assert timeline["fair_after_s"] <= 5 + 8
         # Nothing admitted once the lease ended: 3 s of lease, plus up to a tick before the
         # metric is exported, plus the polling.
         assert timeline["lease_ended_s"] <= 3.0 + 1.0 + 1.0
