@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow]
 
 QUOTA = 200
 SECONDS = 24
-RAMP = 4  # the load rises over its first seconds and tails off over its last, rather than starting or stopping dead (see below)
+RAMP = 4  # seconds the load rises over at its start and tails off over at its end (see `ramped`)
 PROPOSED = 100
 
 
