@@ -31,6 +31,7 @@ from rgd.cluster.usage_map import UsageMap, member_tag
 from rgd.config.groups import KINDS, QuotaCeilings, ResourceGroup
 from rgd.limiting.limiter import Collected, KindState, Limiter, Place, TickCounters, largest_bucket_seconds, rate_of
 from rgd.limiting.token_bucket import DEFAULT_BURST_SECONDS
+from rgd.limiting.window_turns import layout_for, whole_and_fraction
 from rgd.quota.calculator import (
     PEER_VIEW_STRATEGIES,
     UNSET,
@@ -148,6 +149,11 @@ def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
     if usage is None:
         return (0.0,) * (2 * len(KINDS))
     return tuple(v for k in KINDS for v in (usage.kind(k).demand_messages, usage.kind(k).demand_bytes))
+
+
+def _mean_message(k: KindRates) -> float:
+    """The mean message of an entry, in bytes (0: none counted)."""
+    return k.demand_bytes / k.demand_messages if k.demand_messages else 0.0
 
 
 def _may_lower(after: tuple[float, ...], before: tuple[float, ...], sizes_matter: bool) -> bool:
@@ -366,21 +372,43 @@ class ClusterNode:
         else:
             limits = [_closed(g) for g in targets]
         for group, lim in zip(targets, limits, strict=True):
-            place = self._place(group.name)
             for kind in KINDS:
                 if (group.name, kind) in self.limiter.states:
-                    self.limiter.set_limit(group, kind, *lim[kind], place)
+                    self.limiter.set_limit(group, kind, *lim[kind], self._place(group, kind, lim[kind]))
         if names is None:
             self.dirty.clear()
             self.all_dirty = False
             self.applied = {d: m.held for d, m in self.usage_map.members.items()}
 
-    def _place(self, name: str) -> Place:
-        """Our rank among the group's members with demand (and us), by id: every member ranks
-        the same ids alike, so below a message a second they take turns (rgd.limiting.window_turns)."""
-        entries = self.usage_map.groups.get(name, {})
-        others = [d for d in entries if d != self.node_id]
-        return Place(sum(1 for d in others if d < self.node_id), len(others) + 1)
+    def _place(self, group: ResourceGroup, kind: str, ours: tuple[float, float]) -> Place:
+        """Where our turns at the last whole message lie among the group's members, in each
+        dimension (rgd.limiting.window_turns): our stretch begins where the fractional
+        messages of the members before us by id end, their shares as their reports said them
+        (the limits in force), ours as `ours`. Every member lays out the same ids alike."""
+        entries = self.usage_map.groups.get(group.name, {})
+        mine = self.own.latest(group.name)
+        rows: list[tuple[str, float, float, float]] = []  # (id, messages share, bytes share, mean message)
+        for d, entry in entries.items():
+            if d != self.node_id:
+                k = entry.usage.kind(kind)
+                rows.append((d, k.limit_messages, k.limit_bytes, _mean_message(k)))
+        rows.append((self.node_id, *ours, _mean_message(mine.kind(kind)) if mine is not None else 0.0))
+        quotas = group.rates(kind)
+        layouts = []
+        for dim in (0, 1):
+            before = fractions = whole = largest = 0.0
+            for d, *shares, mean in rows:
+                unit = 1.0 if dim == 0 else mean
+                if unit <= 0 or shares[dim] <= 0 or math.isinf(shares[dim]):
+                    continue
+                n, f = whole_and_fraction(shares[dim] / unit)
+                fractions += f
+                whole += n * unit
+                largest = max(largest, unit)
+                if d < self.node_id:
+                    before += f
+            layouts.append(layout_for(before, fractions, whole, largest, quotas[dim], self.config.burst_seconds))
+        return Place(len(rows), *layouts[0], *layouts[1])
 
     def _listen_again_if_deaf(self, now: float) -> None:
         """We have not heard ourselves for a lease: we were cut off, and whom we evicted

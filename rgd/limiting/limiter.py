@@ -22,7 +22,7 @@ from typing import NamedTuple, Protocol
 from rgd.config.groups import KINDS, ResourceGroup
 from rgd.limiting.second_window import WINDOW_SECONDS, SecondWindow
 from rgd.limiting.token_bucket import DEFAULT_BURST_SECONDS, INF, TokenBucket
-from rgd.limiting.window_turns import Turns, turns_for
+from rgd.limiting.window_turns import Layout, Turns, turns_for
 
 # Reasons a request was throttled (metric label `reason`).
 REASON_MESSAGES = "message_rate"  # the message bucket of this daemon's share was short
@@ -64,20 +64,30 @@ def window_cap(burst_seconds: float, rate: float, unit: float) -> float:
 
 
 class Place(NamedTuple):
-    """Where this daemon stands among a group's members (sorted by id): whose turn it is
-    to admit one message over its share in a second (rgd.limiting.window_turns)."""
+    """Where this daemon's turns lie among a group's members in one kind, in each dimension
+    (rgd.limiting.window_turns.Layout's fields; flat, so it crosses the limiter link as a tuple)."""
 
-    rank: int
     members: int
+    before_messages: float
+    circumference_messages: float
+    points_messages: int
+    before_bytes: float
+    circumference_bytes: float
+    points_bytes: int
+
+    def layout(self, dimension: str) -> Layout:
+        if dimension == "messages":
+            return Layout(self.before_messages, self.circumference_messages, self.points_messages)
+        return Layout(self.before_bytes, self.circumference_bytes, self.points_bytes)
 
 
 def window_turns(burst_seconds: float, rate: float, unit: float, quota: float, place: Place | None,
-                 wall_offset: float) -> Turns | None:
+                 dimension: str, wall_offset: float) -> Turns | None:
     """The turns a windowed bucket's cap takes (None: the fixed `window_cap`): for a member
     whose place in the group is known, in a limited dimension with a known message."""
     if place is None or rate == INF or quota <= 0 or quota == INF or unit <= 0:
         return None
-    return turns_for(rate, unit, burst_seconds, quota, place.rank, place.members, wall_offset)
+    return turns_for(rate, unit, burst_seconds, quota, place.members, place.layout(dimension), wall_offset)
 
 
 def largest_bucket_seconds(burst_seconds: float) -> float:
@@ -310,10 +320,10 @@ class Limiter:
             quota_m, quota_b = (rate_of(q) for q in group.rates(kind))
             if windowed_m:
                 mb.cap_window(window_cap(burst, messages, 1.0),
-                              window_turns(burst, messages, 1.0, quota_m, place, self.wall_offset), now)
+                              window_turns(burst, messages, 1.0, quota_m, place, "messages", self.wall_offset), now)
             if windowed_b:
                 bb.cap_window(window_cap(burst, nbytes, mean_bytes),
-                              window_turns(burst, nbytes, mean_bytes, quota_b, place, self.wall_offset), now)
+                              window_turns(burst, nbytes, mean_bytes, quota_b, place, "bytes", self.wall_offset), now)
         st.messages.set_rate(messages, now)
         st.bytes.set_rate(nbytes, now)
 

@@ -9,15 +9,34 @@ admitted 51 messages in one second of a 40.3 msg/s quota, 26 % over (fuzz case 1
 seed 1), and 6 daemons at 4.3 msg/s of 36 kB messages 17 % over (case 411). A cap of one
 message over the share, given to every member, adds one message per member to a second.
 
-So the members take turns. Member k of n (the group's members sorted by id) gets, in wall
-second s, the cap share + t·message, where t = (k/n + s·g) mod 1 and g is the golden
-ratio's fraction. In any one second the members' t are n points 1/n apart, and whole
-messages under those caps add up to the group's quota rounded down, plus at most one
-(Hermite's identity: the sum over k of floor(x + k/n) is floor(n·x)), not n over it. Over
-the seconds each member's t runs through [0, 1) evenly (s·g mod 1 is equidistributed), so
-each admits its share on average: no member is the one that always rounds down. Seconds are
-wall-clock seconds, the same for every daemon (NTP keeps them within milliseconds), and the
-ones operators (rgd_used, the fairness report) and the simulator count in.
+So the members take turns, laid end to end. Each member's extra message comes round in a
+share of the seconds, by the fractional part f of its share in messages (2.4 msg/s: 0.4).
+The members' fractions are laid end to end in id order, each a stretch [before, before + f)
+of a circle of circumference C (`Layout`), and in wall second s, N points equally spaced
+around the circle, turned by s·g (g the golden ratio's fraction), fall on them: a member
+whose stretch holds a point takes its extra message in that second. No stretch is longer
+than the points' spacing, so no member holds two; the members' extras in any second number
+at most N, and s·g mod 1 runs through [0, 1) evenly (equidistributed), so each member takes
+its extra in a share f·N/C of the seconds: no member is the one that always rounds down.
+
+- Where the quota can take it, the points are 1 apart (C and N the fractions' sum F rounded
+  up): each member takes its extra in a share f of the seconds and admits its share on
+  average, and the members' whole messages add up to their shares' sum rounded up, at most,
+  in every second.
+- Where one more message would take a second beyond the quota plus its tolerance (a group of
+  a few large messages a second: 3 members of 2.36 messages of a 7.2-message quota admit 8,
+  11 % over, in some seconds), there are F rounded down points on a circle of F: the
+  members' whole messages add up to their shares' sum rounded down in every second, and
+  each member loses the same part of its fraction (less than a message a second in all).
+
+A member knows the fractions of those before it from their reports (the limits they said
+were in force): rgd.cluster.node lays them out. While shares move, those reports are a tick
+old and stretches may overlap by what moved. Members with different shares need the layout:
+turns spread evenly over [0, 1) whatever the shares keep the sum within one message only when
+all the shares are equal (Hermite's identity); 20 members of random shares between 1 and 10
+msg/s round up together by up to 5 messages in a second that way. Seconds are wall-clock
+seconds, the same for every daemon (NTP keeps them within milliseconds), and the ones
+operators (rgd_used, the fairness report) and the simulator count in.
 
 Where the quota has room for it, every member also gets `spare` messages whatever its
 turn: the group's burst tolerance (burst_seconds of the quota, 10 %) less the one message
@@ -35,13 +54,47 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
-__all__ = ["GOLDEN_STEP", "Turns", "turns_for"]
+__all__ = ["GOLDEN_STEP", "Layout", "Turns", "layout_for", "turns_for", "whole_and_fraction"]
 
 # (sqrt(5) - 1) / 2: the step of the turn from one second to the next. Its multiples mod 1
 # spread the most evenly over [0, 1) of any step's (three-distance theorem), so a member's
 # turns come round evenly however few seconds a share lasts.
 GOLDEN_STEP = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def whole_and_fraction(messages: float) -> tuple[int, float]:
+    """A share in messages as whole messages and the fractional message over them; a share a
+    float's rounding away from a whole number is that whole number (1.9999999999999996: 2, not
+    1 and a fraction that would round up to a third message)."""
+    whole = math.floor(messages + 1e-9)
+    return whole, max(0.0, messages - whole)
+
+
+class Layout(NamedTuple):
+    """Where a member's stretch lies on the group's circle of turns, and how many points
+    fall on the circle each second."""
+
+    before: float  # where the member's stretch begins: the fractions of those before it, summed
+    circumference: float
+    points: int
+
+
+def layout_for(before: float, fractions: float, whole: float, largest: float, quota: float,
+               tolerance: float) -> Layout:
+    """The layout of a member whose stretch begins at `before`, in a group whose members'
+    fractional messages sum to `fractions` and whose shares rounded down to whole messages
+    sum to `whole` units (in the dimension's units, as `quota`; `largest`: the largest
+    member's message in them). Points 1 apart where the fractions rounded up, each a message
+    of the largest, fit in the quota plus `tolerance` of it; else the fractions rounded down
+    (never none: a quota below a message admits one in some seconds)."""
+    if fractions <= 0:
+        return Layout(before, 1.0, 0)
+    up = math.ceil(fractions - 1e-9)
+    if whole + up * largest <= quota * (1.0 + tolerance) + 1e-9 or fractions < 1.0:
+        return Layout(before, float(up), up)
+    return Layout(before, fractions, math.floor(fractions + 1e-9))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,21 +103,32 @@ class Turns:
 
     rate: float  # the bucket's rate, units per second
     unit: float  # one message in the bucket's units (1, or the mean message's bytes)
-    place: float  # k / n: the member's place among the group's members
+    before: float  # where the member's stretch begins on the circle
+    fraction: float  # its length: the share's fractional message
+    spacing: float  # between the points on the circle (inf: none)
     spare: float  # messages the member may take over its rate in any second, its turn or not
     wall_offset: float  # wall-clock seconds minus clock seconds
 
     def cap_at(self, now: float) -> tuple[float, float]:
-        """The cap in force at clock reading `now`, and the clock reading it holds until."""
+        """The cap in force at clock reading `now`, and the clock reading it holds until:
+        the rate plus a message where a point falls on the stretch in this wall second
+        (a turn of 1 - δ, δ the distance from the stretch's start to that point, so the cap
+        rounds the share up to the next whole message), else the rate (plus the spare)."""
         second = math.floor(now + self.wall_offset)
-        turn = (self.place + second * GOLDEN_STEP) % 1.0
+        turn = 0.0
+        if self.spacing != math.inf:
+            delta = ((second * GOLDEN_STEP) % 1.0 * self.spacing - self.before) % self.spacing
+            if delta < self.fraction - 1e-9:  # a point on the stretch's end is the next stretch's
+                turn = 1.0 - delta
         return self.rate + max(turn, self.spare) * self.unit, second + 1.0 - self.wall_offset
 
 
-def turns_for(rate: float, unit: float, burst_seconds: float, quota: float, rank: int, members: int,
+def turns_for(rate: float, unit: float, burst_seconds: float, quota: float, members: int, layout: Layout,
               wall_offset: float) -> Turns:
-    """A member's Turns: the `rank`-th of `members` (0-based) in a group whose quota in this
-    dimension is `quota` units per second."""
+    """A member's Turns in a group of `members` whose quota in this dimension is `quota` units
+    per second, its stretch where `layout` puts it."""
     members = max(1, members)
     tolerance = burst_seconds * quota / unit  # in messages
-    return Turns(rate, unit, (rank % members) / members, max(0.0, (tolerance - 1.0) / members), wall_offset)
+    spacing = layout.circumference / layout.points if layout.points > 0 else math.inf
+    return Turns(rate, unit, layout.before, whole_and_fraction(rate / unit)[1], spacing,
+                 max(0.0, (tolerance - 1.0) / members), wall_offset)

@@ -55,7 +55,8 @@ step = st.one_of(
     st.tuples(st.just("wait"), st.floats(0.0, 0.5)),
     st.tuples(st.just("limit"), st.sampled_from([("a", "publish"), ("b", "publish"), ("b", "dispatch")]),
               st.floats(0.0, 80.0), st.sampled_from([INF, 5000.0, 40_000.0]),
-              st.sampled_from([None, Place(0, 1), Place(0, 3), Place(2, 3)])),
+              st.sampled_from([None, Place(1, 0.0, 1.0, 0, 0.0, 1.0, 0), Place(3, 0.0, 1.0, 1, 0.0, 1.0, 0),
+                               Place(3, 0.8, 2.0, 2, 1.3, 1.9, 1)])),
     st.tuples(st.just("collect"),),
     st.tuples(st.just("hand_over"),),
 )

@@ -665,3 +665,68 @@ def test_a_lone_daemon_keeps_the_whole_quota_of_a_joint_group_as_its_figures_cha
         for part in node.react(now):
             node.receive(serialize_report(part), None, now)
     assert node.limiter.limit_in_force(group, "publish") == (1000.0, 10_485_760.0)
+
+
+def _whole_messages_run(group: ResourceGroup, rates: dict[str, float], sizes: dict[str, int],
+                        seconds: int) -> tuple[Topic, dict[int, int], dict[int, int], dict[int, float]]:
+    """Nodes asked for one message at a time at `rates` (messages a second, of `sizes` bytes),
+    for `seconds`: the topic, and per wall-clock second the messages and bytes admitted and
+    the nodes' bytes limits in messages, summed (the most in that second)."""
+    clock = FakeClock(0.0)
+    topic = Topic(clock, list(rates), {group.name: group})
+    for i, node in topic.nodes.items():
+        node.limiter.state(group, "publish")
+        topic.publish(i, node.hello_report(0.0))
+    owed = dict.fromkeys(rates, 0.0)
+    admitted: dict[int, int] = {}
+    admitted_bytes: dict[int, int] = {}
+    bound: dict[int, float] = {}
+    for _ in range(int(seconds / REACT)):
+        clock.t = round(clock.t + REACT, 9)
+        second = math.floor(clock.t + 1e-9)  # the wall-clock second (EPOCH is a whole second)
+        ticking = abs(clock.t / TICK - round(clock.t / TICK)) < 1e-9
+        for who, rate in rates.items():
+            owed[who] += rate * REACT
+            while owed[who] >= 1.0:
+                owed[who] -= 1.0
+                ok = topic.nodes[who].limiter.acquire(group, "publish", 1, sizes[who], "t/ns").allowed
+                admitted[second] = admitted.get(second, 0) + ok
+                admitted_bytes[second] = admitted_bytes.get(second, 0) + ok * sizes[who]
+        topic.step(ticking)
+        in_messages = sum(topic.nodes[w].limiter.limit_in_force(group, "publish")[1] / sizes[w] for w in rates)
+        bound[second] = max(bound.get(second, 0.0), in_messages)
+    return topic, admitted, admitted_bytes, bound
+
+
+def test_small_unequal_shares_take_their_turns_end_to_end() -> None:
+    """Three nodes share 1 000 bytes/s, their messages 100, 130 and 70 bytes, with demands of
+    2, 20 and 20 messages a second: bytes shares whose fractional messages differ. Each
+    node's turns start where the fractions of the nodes before it by id end (their limits as
+    reported), and in no wall-clock second do they admit more whole messages than their
+    limits' sum in messages rounded up (literally counted, second by second)."""
+    small = ResourceGroup("g", publish_bytes=1000.0)
+    sizes = {"a": 100, "b": 130, "c": 70}
+    topic, admitted, _, bound = _whole_messages_run(small, {"a": 2.0, "b": 20.0, "c": 20.0}, sizes, 40)
+    steady = range(10, 39)
+    over = {s: (admitted[s], bound[s]) for s in steady if admitted[s] > math.ceil(bound[s] - 1e-9)}
+    assert not over, over
+    assert sum(admitted[s] for s in steady) >= 0.95 * sum(bound[s] for s in steady)
+    fractions = {i: n.limiter.limit_in_force(small, "publish")[1] / sizes[i] % 1.0 for i, n in topic.nodes.items()}
+    assert min(abs(fractions["b"] - fractions["c"]), abs(fractions["a"] - fractions["c"])) > 0.05  # they differ
+    places = {i: n.limiter.states[("g", "publish")].place for i, n in topic.nodes.items()}
+    assert places["a"].before_bytes == 0.0
+    assert places["b"].before_bytes == pytest.approx(fractions["a"], abs=0.02)
+    assert places["c"].before_bytes == pytest.approx(fractions["a"] + fractions["b"], abs=0.02)
+
+
+def test_where_one_more_message_would_pass_the_tolerance_the_nodes_round_down_together() -> None:
+    """Three nodes saturating 37 850 bytes/s of 5 254-byte messages (7.2 a second): shares of
+    about 2.36 messages each, whose fractions sum past one. Rounded up they would admit 8
+    messages in some seconds, 11 % over; no second admits more than the quota plus 10 %, and
+    the quota is still used (7 messages a second of 7.2)."""
+    group = ResourceGroup("g", publish_bytes=37850.0)
+    sizes = dict.fromkeys("abc", 5254)
+    _, admitted, admitted_bytes, _ = _whole_messages_run(group, dict.fromkeys("abc", 20.0), sizes, 70)
+    steady = range(10, 69)
+    assert max(admitted_bytes[s] for s in steady) <= 37850.0 * 1.1, {s: admitted[s] for s in steady}
+    assert sum(admitted[s] for s in steady) >= 6.9 * len(steady)

@@ -12,10 +12,18 @@ from hypothesis import strategies as st
 
 from rgd.config.groups import ResourceGroup
 from rgd.limiting.limiter import Limiter, Place, full_quota
-from rgd.limiting.window_turns import turns_for
+from rgd.limiting.window_turns import Layout, turns_for
 from tests.support.fake_clock import FakeClock
 
 BURST = 0.1
+
+
+def _evenly(share: float, rank: int, members: int) -> Layout:
+    """The layout of the `rank`-th of `members` with equal shares, where the quota takes the
+    fractions rounded up (points 1 apart)."""
+    fractions = members * (share % 1.0)
+    up = math.ceil(fractions - 1e-9)
+    return Layout(rank * (share % 1.0), float(max(up, 1)), up)
 
 
 def whole_messages(cap: float, unit: float) -> int:
@@ -28,14 +36,14 @@ def whole_messages(cap: float, unit: float) -> int:
 @given(members=st.integers(1, 50), rank=st.integers(0, 49), share=st.floats(0.2, 30.0))
 def test_a_member_takes_its_turns_evenly_so_a_saturated_one_averages_its_share(members, rank, share):
     rank %= members
-    turns = turns_for(share, 1.0, BURST, members * share, rank, members, 0.0)
+    turns = turns_for(share, 1.0, BURST, members * share, members, _evenly(share, rank, members), 0.0)
     seconds = 2000
     mean = sum(whole_messages(turns.cap_at(s + 0.5)[0], 1.0) for s in range(seconds)) / seconds
     assert mean >= share * 0.99 - 0.01
 
 
 def test_the_cap_holds_until_the_next_wall_clock_second():
-    turns = turns_for(2.4, 1.0, BURST, 2.4 * 17, 3, 17, wall_offset=1000.25)  # wall = clock + 1000.25
+    turns = turns_for(2.4, 1.0, BURST, 2.4 * 17, 17, _evenly(2.4, 3, 17), wall_offset=1000.25)  # wall = clock + 1000.25
     cap, until = turns.cap_at(10.0)  # wall 1010.25: second 1010 ends at wall 1011, clock 10.75
     assert until == 10.75
     assert turns.cap_at(10.7)[0] == cap
@@ -72,7 +80,8 @@ def _lockstep(places: list[Place | None], share: float, rate: float, seconds: in
 ])
 def test_members_in_lockstep_stay_within_the_quota_every_second_and_use_it(members, quota, rate):
     share = quota / members
-    admitted, offered = _lockstep([Place(k, members) for k in range(members)], share, rate, 60)
+    places = [Place(members, *_evenly(share, k, members), 0.0, 1.0, 0) for k in range(members)]
+    admitted, offered = _lockstep(places, share, rate, 60)
     ideal = [min(quota, o) for o in offered]  # what one limiter of the whole quota could admit
     assert max(admitted[2:]) <= max(quota * (1 + BURST), math.floor(quota) + 1)
     assert sum(admitted[2:]) >= 0.97 * sum(ideal[2:])
