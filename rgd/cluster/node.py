@@ -397,6 +397,7 @@ class ClusterNode:
         layouts = []
         for dim in (0, 1):
             before = fractions = whole = largest = 0.0
+            under_one = False
             for d, *shares, mean in rows:
                 unit = 1.0 if dim == 0 else mean
                 if unit <= 0 or shares[dim] <= 0 or math.isinf(shares[dim]):
@@ -405,9 +406,11 @@ class ClusterNode:
                 fractions += f
                 whole += n * unit
                 largest = max(largest, unit)
+                under_one |= n == 0
                 if d < self.node_id:
                     before += f
-            layouts.append(layout_for(before, fractions, whole, largest, quotas[dim], self.config.burst_seconds))
+            layouts.append(layout_for(before, fractions, whole, largest, quotas[dim], self.config.burst_seconds,
+                                      under_one))
         return Place(len(rows), *layouts[0], *layouts[1])
 
     def _listen_again_if_deaf(self, now: float) -> None:

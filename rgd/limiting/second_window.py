@@ -58,7 +58,7 @@ class SecondWindow:
     oldest at `head`, and their sum; under turns, also what was admitted in the current
     wall-clock second (`in_turn`, against `turn_cap`, which holds until `until`)."""
 
-    __slots__ = ("cap", "head", "in_turn", "log", "total", "turn_cap", "turns", "until")
+    __slots__ = ("cap", "head", "in_turn", "log", "total", "turn", "turn_cap", "turns", "until")
 
     def __init__(self, cap: float, turns: Turns | None = None, now: float = 0.0) -> None:
         self.cap = cap  # the most admitted in any 1-second window (but see the oversize rule)
@@ -67,17 +67,25 @@ class SecondWindow:
         self.total = 0.0
         self.turns: Turns | None = None
         self.turn_cap = math.inf  # the most admitted in the current wall-clock second
+        self.turn = 0.0  # the current second's turn (rgd.limiting.window_turns.Turns.turn_at)
         self.in_turn = 0.0
         self.until = math.inf  # the clock reading the current second ends at
         self.take_turns(turns, cap, now)
 
     def take_turns(self, turns: Turns | None, cap: float, now: float) -> None:
         """A new sliding cap, and per-second caps by `turns` (None: none). What was admitted
-        in the current second still counts against the new turn's cap."""
+        in the current second still counts against the new turn's cap, and within the second
+        the turn stays what it was: a new share or layout changes the rate the cap is built
+        on, never whose turn the second is (members read each other's layouts a report late,
+        and a turn drawn again on a new layout could hand a member a second extra message in
+        a second another member's turn already took)."""
         self.cap = cap
+        had = self.turns is not None and now < self.until
         self.turns = turns
         if turns is None:
             self.turn_cap, self.in_turn, self.until = math.inf, 0.0, math.inf
+        elif had:
+            self.turn_cap = turns.cap_with(self.turn)
         else:
             self._next_turn(now)
 
@@ -86,10 +94,10 @@ class SecondWindow:
         turns = self.turns
         if turns is None:
             return
-        cap, until = turns.cap_at(now)
+        turn, until = turns.turn_at(now)
         if until != self.until:
             self.in_turn = 0.0
-        self.turn_cap, self.until = cap, until
+        self.turn, self.turn_cap, self.until = turn, turns.cap_with(turn), until
 
     def expire(self, now: float) -> None:
         """Drop admissions at or before now - 1 s (so [t, t + 1) holds at most `cap`)."""

@@ -28,15 +28,19 @@ its extra in a share f·N/C of the seconds: no member is the one that always rou
   11 % over, in some seconds), there are F rounded down points on a circle of F: the
   members' whole messages add up to their shares' sum rounded down in every second, and
   each member loses the same part of its fraction (less than a message a second in all).
+  Rounded down may be none, unless some member's share is under one message: it would
+  never admit any, so there is one point, and a second may pass the quota by that message.
 
 A member knows the fractions of those before it from their reports (the limits they said
 were in force): rgd.cluster.node lays them out. While shares move, those reports are a tick
-old and stretches may overlap by what moved. Members with different shares need the layout:
-turns spread evenly over [0, 1) whatever the shares keep the sum within one message only when
-all the shares are equal (Hermite's identity); 20 members of random shares between 1 and 10
-msg/s round up together by up to 5 messages in a second that way. Seconds are wall-clock
-seconds, the same for every daemon (NTP keeps them within milliseconds), and the ones
-operators (rgd_used, the fairness report) and the simulator count in.
+old and stretches may overlap by what moved; a member's turn is drawn once, at the start of
+each second, and kept through it whatever layout comes within it (rgd.limiting.second_window).
+Members with different shares need the layout: turns spread evenly over [0, 1) whatever the
+shares keep the sum within one message only when all the shares are equal (Hermite's
+identity); 20 members of random shares between 1 and 10 msg/s round up together by up to 5
+messages in a second that way. Seconds are wall-clock seconds, the same for every daemon (NTP
+keeps them within milliseconds), and the ones operators (rgd_used, the fairness report) and
+the simulator count in.
 
 Where the quota has room for it, every member also gets `spare` messages whatever its
 turn: the group's burst tolerance (burst_seconds of the quota, 10 %) less the one message
@@ -81,20 +85,25 @@ class Layout(NamedTuple):
     points: int
 
 
-def layout_for(before: float, fractions: float, whole: float, largest: float, quota: float,
-               tolerance: float) -> Layout:
+def layout_for(before: float, fractions: float, whole: float, largest: float, quota: float, tolerance: float,
+               under_one: bool) -> Layout:
     """The layout of a member whose stretch begins at `before`, in a group whose members'
     fractional messages sum to `fractions` and whose shares rounded down to whole messages
     sum to `whole` units (in the dimension's units, as `quota`; `largest`: the largest
     member's message in them). Points 1 apart where the fractions rounded up, each a message
-    of the largest, fit in the quota plus `tolerance` of it; else the fractions rounded down
-    (never none: a quota below a message admits one in some seconds)."""
+    of the largest, fit in the quota plus `tolerance` of it; else the fractions rounded down,
+    which may be none: then no member takes an extra message, unless some member's share is
+    under one message (`under_one`), which would never admit any: then one point, and a second
+    may pass the quota by that one message (the bound for quotas below a message)."""
     if fractions <= 0:
         return Layout(before, 1.0, 0)
     up = math.ceil(fractions - 1e-9)
-    if whole + up * largest <= quota * (1.0 + tolerance) + 1e-9 or fractions < 1.0:
+    if whole + up * largest <= quota * (1.0 + tolerance) + 1e-9:
         return Layout(before, float(up), up)
-    return Layout(before, fractions, math.floor(fractions + 1e-9))
+    down = math.floor(fractions + 1e-9)
+    if down == 0:
+        return Layout(before, 1.0, 1 if under_one else 0)
+    return Layout(before, fractions, down)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,18 +118,26 @@ class Turns:
     spare: float  # messages the member may take over its rate in any second, its turn or not
     wall_offset: float  # wall-clock seconds minus clock seconds
 
-    def cap_at(self, now: float) -> tuple[float, float]:
-        """The cap in force at clock reading `now`, and the clock reading it holds until:
-        the rate plus a message where a point falls on the stretch in this wall second
-        (a turn of 1 - δ, δ the distance from the stretch's start to that point, so the cap
-        rounds the share up to the next whole message), else the rate (plus the spare)."""
+    def turn_at(self, now: float) -> tuple[float, float]:
+        """The turn at clock reading `now`, and the clock reading it holds until: a point on
+        the stretch in this wall second gives a turn of 1 - δ (δ from the stretch's start to
+        the point), which rounds the share up to the next whole message; else 0."""
         second = math.floor(now + self.wall_offset)
         turn = 0.0
         if self.spacing != math.inf:
             delta = ((second * GOLDEN_STEP) % 1.0 * self.spacing - self.before) % self.spacing
             if delta < self.fraction - 1e-9:  # a point on the stretch's end is the next stretch's
                 turn = 1.0 - delta
-        return self.rate + max(turn, self.spare) * self.unit, second + 1.0 - self.wall_offset
+        return turn, second + 1.0 - self.wall_offset
+
+    def cap_with(self, turn: float) -> float:
+        """The second's cap at `turn`: the rate plus the turn's message (or the spare)."""
+        return self.rate + max(turn, self.spare) * self.unit
+
+    def cap_at(self, now: float) -> tuple[float, float]:
+        """The cap in force at clock reading `now`, and the clock reading it holds until."""
+        turn, until = self.turn_at(now)
+        return self.cap_with(turn), until
 
 
 def turns_for(rate: float, unit: float, burst_seconds: float, quota: float, members: int, layout: Layout,

@@ -33,8 +33,8 @@ def test_equal_members_caps_add_up_to_the_quota_and_its_tolerance_in_every_secon
     quota = members * share * unit
     now = second - wall_offset + 0.5  # mid-second, on the clock
     fraction = share % 1.0
-    layouts = [layout_for(k * fraction, members * fraction, members * math.floor(share) * unit, unit, quota, BURST)
-               for k in range(members)]
+    layouts = [layout_for(k * fraction, members * fraction, members * math.floor(share) * unit, unit, quota, BURST,
+                          share < 1.0) for k in range(members)]
     total = sum(whole_messages(turns_for(share * unit, unit, BURST, quota, members, layouts[k], wall_offset)
                                .cap_at(now)[0], unit) for k in range(members))
     in_messages = quota / unit
@@ -53,7 +53,7 @@ def _caps_in_whole_messages(shares: list[float], seconds: int, burst: float, quo
     turns = []
     before = 0.0
     for share in shares:
-        layout = layout_for(before, fractions, whole, 1.0, quota, burst)
+        layout = layout_for(before, fractions, whole, 1.0, quota, burst, min(shares) < 1.0)
         turns.append(turns_for(share, 1.0, burst, quota, len(shares), layout, 0.0))
         before += whole_and_fraction(share)[1]
     return [sum(whole_messages(t.cap_at(s + 0.5)[0], 1.0) for t in turns) for s in range(seconds)]

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from rgd.config.groups import ResourceGroup
 from rgd.limiting.limiter import Limiter, Place, full_quota
-from rgd.limiting.window_turns import Layout, turns_for
+from rgd.limiting.second_window import SecondWindow
+from rgd.limiting.window_turns import GOLDEN_STEP, Layout, turns_for
 from tests.support.fake_clock import FakeClock
 
 BURST = 0.1
@@ -88,3 +89,29 @@ def test_members_in_lockstep_stay_within_the_quota_every_second_and_use_it(membe
     # Without places every member rounds up in the same seconds: 17 to 26 % over.
     fixed, _ = _lockstep([None] * members, share, rate, 60)
     assert max(fixed[2:]) > quota * 1.15
+
+
+def test_a_new_layout_within_a_second_keeps_the_seconds_turn():
+    """Members read each other's layouts a report late, so a member's layout may move within a
+    second; the second's turn stays the one drawn at its start (else a member whose stretch
+    moved under that second's point would take an extra message another member's turn
+    already took). A new rate still applies at once; the next second draws again."""
+    phi = (10 * GOLDEN_STEP) % 1.0
+    off = turns_for(2.5, 1.0, 0.0, 10.0, 3, Layout((phi - 0.7) % 1.0, 1.0, 1), 0.0)  # the point misses it
+    on = turns_for(2.5, 1.0, 0.0, 10.0, 3, Layout((phi - 0.2) % 1.0, 1.0, 1), 0.0)  # the point falls on it
+    assert off.cap_at(10.5)[0] == 2.5 and on.cap_at(10.5)[0] > 3.0
+    window = SecondWindow(100.0, off, now=10.1)
+    admitted = 0
+    for i, t in enumerate([10.1, 10.3, 10.5, 10.7, 10.9]):
+        if i == 2:
+            window.take_turns(on, 100.0, t)
+        if window.fits(1.0, t):
+            window.add(1.0, t)
+            admitted += 1
+    assert admitted == 2  # the share rounded down: second 10 was not this member's turn
+    faster = turns_for(3.5, 1.0, 0.0, 10.0, 3, Layout((phi - 0.2) % 1.0, 1.0, 1), 0.0)
+    window.take_turns(faster, 100.0, 10.95)
+    assert window.turn_cap == 3.5  # a new rate applies within the second, the turn does not
+    assert window.fits(1.0, 10.96)
+    window.take_turns(on, 100.0, 11.0)
+    assert window.turn_cap == on.cap_at(11.0)[0]  # a new second, a new draw
