@@ -374,7 +374,9 @@ class ClusterNode:
         for group, lim in zip(targets, limits, strict=True):
             for kind in KINDS:
                 if (group.name, kind) in self.limiter.states:
-                    self.limiter.set_limit(group, kind, *lim[kind], self._place(group, kind, lim[kind]))
+                    place = self._place(group, kind, lim[kind]) if self.limiter.takes_turns(group, kind, *lim[kind]) \
+                        else None
+                    self.limiter.set_limit(group, kind, *lim[kind], place)
         if names is None:
             self.dirty.clear()
             self.all_dirty = False

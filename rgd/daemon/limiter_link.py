@@ -69,7 +69,7 @@ class KindCounts(NamedTuple):
 
 
 # Operations the cluster process sends the serving one, in order:
-#   ("limit", group, kind, messages, bytes, place)   Limiter.set_limit (place: (rank, members) or None)
+#   ("limit", group, kind, messages, bytes, place)   Limiter.set_limit (place: a Place's fields, or None)
 #   ("forget", group)   Limiter.forget
 #   ("recompute_at", when)   Limiter.recompute_at (CLOCK_MONOTONIC is one clock for both)
 #   ("initial", fraction)   what a new (group, kind) starts with, as a fraction of its quota
@@ -219,6 +219,11 @@ class MirrorLimiter(Limiter):
         msgs, nbytes = self.initial_limits(group, kind)
         self._record(("limit", group.name, kind, msgs, nbytes, None))
         return KindState(MirrorRate(msgs), MirrorRate(nbytes))  # type: ignore[arg-type]  # rates are all it reads
+
+    def takes_turns(self, group: ResourceGroup, kind: str, messages: float, nbytes: float) -> bool:
+        """Always: whether the serving process's bucket takes turns depends on its own counts
+        of the mean message, which the ones absorbed here trail, so every limit carries its place."""
+        return True
 
     def set_limit(self, group: ResourceGroup, kind: str, messages: float, nbytes: float,
                   place: Place | None = None) -> None:

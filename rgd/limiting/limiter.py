@@ -90,6 +90,12 @@ def window_turns(burst_seconds: float, rate: float, unit: float, quota: float, p
     return turns_for(rate, unit, burst_seconds, quota, place.members, place.layout(dimension), wall_offset)
 
 
+def _mean_message(st: KindState) -> float:
+    """A bucket's mean message in bytes, from all it counted (0 before it counted any)."""
+    counted = st.total_admitted_messages + st.total_throttled_messages
+    return (st.total_admitted_bytes + st.total_throttled_bytes) / counted if counted else 0.0
+
+
 def largest_bucket_seconds(burst_seconds: float) -> float:
     """The most bucket_seconds gives for any rate and message size: what a daemon can have
     saved, in seconds of its limit (peers' reports are vetted against it)."""
@@ -303,8 +309,7 @@ class Limiter:
         if st.messages.rate != messages or st.bytes.rate != nbytes:
             self.limit_changes += 1
         # Sized before the rate changes, so set_rate clamps saved tokens to the new capacity.
-        counted = st.total_admitted_messages + st.total_throttled_messages
-        mean_bytes = (st.total_admitted_bytes + st.total_throttled_bytes) / counted if counted else 0.0
+        mean_bytes = _mean_message(st)
         st.messages.refill(now)
         st.bytes.refill(now)
         mb, bb, burst = st.messages, st.bytes, self.burst_seconds
@@ -332,6 +337,17 @@ class Limiter:
         for kind in KINDS:
             if self.states.pop((group_name, kind), None) is not None:
                 self.states_version += 1
+
+    def takes_turns(self, group: ResourceGroup, kind: str, messages: float, nbytes: float) -> bool:
+        """Whether a limit of (`messages`, `nbytes`) gives the bucket of (group, kind) a
+        1-second window in some dimension (`bucket_seconds` above the burst, as `set_limit`
+        sizes it): the only buckets whose caps take turns, so the only limits `set_limit`
+        reads a Place for. Why ask: laying out a place reads every member's entry, a cost a
+        recompute need not pay for the large shares that are most of them at PIP-82's size."""
+        st = self.states.get((group.name, kind))
+        burst = self.burst_seconds
+        return (bucket_seconds(burst, messages, 1.0) > burst
+                or bucket_seconds(burst, nbytes, _mean_message(st) if st is not None else 0.0) > burst)
 
     def limit_in_force(self, group: ResourceGroup, kind: str) -> tuple[float, float]:
         """(messages/s, bytes/s) this daemon enforces now (INF = unlimited): the bucket's
