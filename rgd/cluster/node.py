@@ -151,11 +151,6 @@ def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
     return tuple(v for k in KINDS for v in (usage.kind(k).demand_messages, usage.kind(k).demand_bytes))
 
 
-def _mean_message(k: KindRates) -> float:
-    """The mean message of an entry, in bytes (0: none counted)."""
-    return k.demand_bytes / k.demand_messages if k.demand_messages else 0.0
-
-
 def _may_lower(after: tuple[float, ...], before: tuple[float, ...], sizes_matter: bool) -> bool:
     """Whether peers folding figures `after` (`_demand`) where they held `before` may grant
     themselves more than they did, so our limits must come down before the report goes out:
@@ -393,8 +388,8 @@ class ClusterNode:
         for d, entry in entries.items():
             if d != self.node_id:
                 k = entry.usage.kind(kind)
-                rows.append((d, k.limit_messages, k.limit_bytes, _mean_message(k)))
-        rows.append((self.node_id, *ours, _mean_message(mine.kind(kind)) if mine is not None else 0.0))
+                rows.append((d, k.limit_messages, k.limit_bytes, k.mean_message))
+        rows.append((self.node_id, *ours, mine.kind(kind).mean_message if mine is not None else 0.0))
         quotas = group.rates(kind)
         layouts = []
         for dim in (0, 1):

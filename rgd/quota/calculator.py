@@ -145,8 +145,7 @@ def _dominant_granule(k: KindRates, msgs_quota: float, bytes_quota: float, param
     messages = _granule(k, "messages", params)  # one message per window, in messages/s (0: no demand)
     if not messages:
         return 0.0
-    per_message = k.demand_bytes / k.demand_messages
-    return messages * max(1.0 / msgs_quota, per_message / bytes_quota)
+    return messages * max(1.0 / msgs_quota, k.mean_message / bytes_quota)
 
 
 # The joint allocation's budget of dominant shares (see `_joint`): at most JOINT_MAX_BUDGET.
@@ -179,7 +178,7 @@ def _translate(shares: Mapping[str, float], usage: Mapping[str, PeerUsage], kind
         if k is None or k.demand_messages <= 0 or k.demand_bytes <= 0:
             msgs[daemon], nbytes[daemon] = a * msgs_quota, a * bytes_quota
             continue
-        size = k.demand_bytes / k.demand_messages
+        size = k.mean_message
         if size / bytes_quota >= 1.0 / msgs_quota:  # bytes dominate: served in bytes
             nbytes[daemon] = a * bytes_quota
             msgs[daemon] = min(a * msgs_quota, nbytes[daemon] / size)

@@ -36,6 +36,11 @@ class KindRates:
         return self.admitted_bytes + self.throttled_bytes
 
     @property
+    def mean_message(self) -> float:
+        """The mean message asked for, in bytes (0: no message asked for)."""
+        return self.demand_bytes / self.demand_messages if self.demand_messages else 0.0
+
+    @property
     def idle(self) -> bool:
         return not (self.admitted_messages or self.admitted_bytes
                     or self.throttled_messages or self.throttled_bytes)
