@@ -9,38 +9,29 @@ admitted 51 messages in one second of a 40.3 msg/s quota, 26 % over (fuzz case 1
 seed 1), and 6 daemons at 4.3 msg/s of 36 kB messages 17 % over (case 411). A cap of one
 message over the share, given to every member, adds one message per member to a second.
 
-So the members take turns, laid end to end. Each member's extra message comes round in a
-share of the seconds, by the fractional part f of its share in messages (2.4 msg/s: 0.4).
-The members' fractions are laid end to end in id order, each a stretch [before, before + f)
-of a circle of circumference C (`Layout`), and in wall second s, N points equally spaced
-around the circle, turned by s·g (g the golden ratio's fraction), fall on them: a member
-whose stretch holds a point takes its extra message in that second. No stretch is longer
-than the points' spacing, so no member holds two; the members' extras in any second number
-at most N, and s·g mod 1 runs through [0, 1) evenly (equidistributed), so each member takes
-its extra in a share f·N/C of the seconds: no member is the one that always rounds down.
+So the members take turns. Each member's share has a fractional message f (2.4 msg/s: 0.4);
+the fractions lie end to end in id order, each member's a stretch [before, before + f) of a
+circle (`Layout`), and in wall second s, N points equally spaced around it and turned by s·g
+(g the golden ratio's fraction) give the extra messages: a member whose stretch holds a point
+takes one. No stretch is longer than the spacing, so the extras in a second number at most N;
+s·g mod 1 is equidistributed, so each member's extra comes round in the same share of the
+seconds as its f: no member is the one that always rounds down. N is the fractions' sum F
+rounded up, points 1 apart: each member averages its share, and the members' whole messages
+add up to their shares' sum rounded up at most. Where one more message would take a second
+past the quota plus its tolerance (3 members of 2.36 messages on a 7.2-message quota admit
+8, 11 % over), N is F rounded down, on a circle of F: the sum rounded down in every second,
+each member losing the same part of its fraction; none at all where F < 1, unless a member's
+share is under a message (it would never admit one): then one point, and a second may pass
+the quota by that message. Turns spread evenly by rank whatever the shares keep the sum
+within one message only when the shares are equal (Hermite's identity); 20 members of random
+shares of 1-10 msg/s round up together by up to 5 messages a second that way.
 
-- Where the quota can take it, the points are 1 apart (C and N the fractions' sum F rounded
-  up): each member takes its extra in a share f of the seconds and admits its share on
-  average, and the members' whole messages add up to their shares' sum rounded up, at most,
-  in every second.
-- Where one more message would take a second beyond the quota plus its tolerance (a group of
-  a few large messages a second: 3 members of 2.36 messages of a 7.2-message quota admit 8,
-  11 % over, in some seconds), there are F rounded down points on a circle of F: the
-  members' whole messages add up to their shares' sum rounded down in every second, and
-  each member loses the same part of its fraction (less than a message a second in all).
-  Rounded down may be none, unless some member's share is under one message: it would
-  never admit any, so there is one point, and a second may pass the quota by that message.
-
-A member knows the fractions of those before it from their reports (the limits they said
-were in force): rgd.cluster.node lays them out. While shares move, those reports are a tick
-old and stretches may overlap by what moved; a member's turn is drawn once, at the start of
-each second, and kept through it whatever layout comes within it (rgd.limiting.second_window).
-Members with different shares need the layout: turns spread evenly over [0, 1) whatever the
-shares keep the sum within one message only when all the shares are equal (Hermite's
-identity); 20 members of random shares between 1 and 10 msg/s round up together by up to 5
-messages in a second that way. Seconds are wall-clock seconds, the same for every daemon (NTP
-keeps them within milliseconds), and the ones operators (rgd_used, the fairness report) and
-the simulator count in.
+A member reads the fractions of those before it from their reports (the limits in force);
+rgd.cluster.node lays them out. While shares move those are a tick old and stretches may
+overlap by what moved, so a member's turn is drawn once at the start of each second and kept
+through it (rgd.limiting.second_window). Seconds are wall-clock seconds, the same for every
+daemon (NTP keeps them within milliseconds), and the ones operators (rgd_used, the fairness
+report) and the simulator count in.
 
 Where the quota has room for it, every member also gets `spare` messages whatever its
 turn: the group's burst tolerance (burst_seconds of the quota, 10 %) less the one message
@@ -88,13 +79,9 @@ class Layout(NamedTuple):
 def layout_for(before: float, fractions: float, whole: float, largest: float, quota: float, tolerance: float,
                under_one: bool) -> Layout:
     """The layout of a member whose stretch begins at `before`, in a group whose members'
-    fractional messages sum to `fractions` and whose shares rounded down to whole messages
-    sum to `whole` units (in the dimension's units, as `quota`; `largest`: the largest
-    member's message in them). Points 1 apart where the fractions rounded up, each a message
-    of the largest, fit in the quota plus `tolerance` of it; else the fractions rounded down,
-    which may be none: then no member takes an extra message, unless some member's share is
-    under one message (`under_one`), which would never admit any: then one point, and a second
-    may pass the quota by that one message (the bound for quotas below a message)."""
+    fractional messages sum to `fractions` and whose shares rounded down sum to `whole`
+    units (the dimension's, as `quota`; `largest`: the largest member's message in them;
+    `under_one`: some member's share is under a message). The module doc says which N."""
     if fractions <= 0:
         return Layout(before, 1.0, 0)
     up = math.ceil(fractions - 1e-9)
@@ -133,11 +120,6 @@ class Turns:
     def cap_with(self, turn: float) -> float:
         """The second's cap at `turn`: the rate plus the turn's message (or the spare)."""
         return self.rate + max(turn, self.spare) * self.unit
-
-    def cap_at(self, now: float) -> tuple[float, float]:
-        """The cap in force at clock reading `now`, and the clock reading it holds until."""
-        turn, until = self.turn_at(now)
-        return self.cap_with(turn), until
 
 
 def turns_for(rate: float, unit: float, burst_seconds: float, quota: float, members: int, layout: Layout,

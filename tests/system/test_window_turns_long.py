@@ -15,14 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rgd.limiting.window_turns import Layout, layout_for, turns_for, whole_and_fraction
+from tests.support.window_caps import cap_at, whole_messages
 
 BURST = 0.1
-
-
-def whole_messages(cap: float, unit: float) -> int:
-    """What a window of `cap` admits in one second, in whole messages of `unit` (an ask
-    larger than the cap passes on an empty window: one)."""
-    return max(1, math.floor(cap / unit + 1e-9))
 
 
 @settings(max_examples=300, deadline=None)
@@ -35,8 +30,8 @@ def test_equal_members_caps_add_up_to_the_quota_and_its_tolerance_in_every_secon
     fraction = share % 1.0
     layouts = [layout_for(k * fraction, members * fraction, members * math.floor(share) * unit, unit, quota, BURST,
                           share < 1.0) for k in range(members)]
-    total = sum(whole_messages(turns_for(share * unit, unit, BURST, quota, members, layouts[k], wall_offset)
-                               .cap_at(now)[0], unit) for k in range(members))
+    turns = [turns_for(share * unit, unit, BURST, quota, members, layouts[k], wall_offset) for k in range(members)]
+    total = sum(whole_messages(cap_at(t, now), unit) for t in turns)
     in_messages = quota / unit
     # The tolerance (10 % of the quota), or the quota rounded up to a whole message where
     # the tolerance is smaller than one; and never less than a message per member that
@@ -56,7 +51,7 @@ def _caps_in_whole_messages(shares: list[float], seconds: int, burst: float, quo
         layout = layout_for(before, fractions, whole, 1.0, quota, burst, min(shares) < 1.0)
         turns.append(turns_for(share, 1.0, burst, quota, len(shares), layout, 0.0))
         before += whole_and_fraction(share)[1]
-    return [sum(whole_messages(t.cap_at(s + 0.5)[0], 1.0) for t in turns) for s in range(seconds)]
+    return [sum(whole_messages(cap_at(t, s + 0.5), 1.0) for t in turns) for s in range(seconds)]
 
 
 @settings(max_examples=200, deadline=None)
@@ -105,6 +100,6 @@ def test_turns_spread_by_rank_alone_round_up_together_where_shares_differ():
     # turns k / n + s·g (mod 1) rounding up at 1 - f: a stretch [1 - f - k / n, 1 - k / n) mod 1
     by_rank = [t.__class__(t.rate, t.unit, (1 - t.fraction - k / 20) % 1.0, t.fraction, 1.0, t.spare, t.wall_offset)
                for k, t in enumerate(by_rank)]
-    worst_by_rank = max(sum(whole_messages(t.cap_at(s + 0.5)[0], 1.0) for t in by_rank) for s in range(3000))
+    worst_by_rank = max(sum(whole_messages(cap_at(t, s + 0.5), 1.0) for t in by_rank) for s in range(3000))
     assert worst_by_rank >= math.ceil(sum(shares)) + 3
     assert max(_caps_in_whole_messages(shares, 3000, 0.0, quota)) <= math.ceil(sum(shares))

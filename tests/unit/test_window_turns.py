@@ -15,6 +15,7 @@ from rgd.limiting.limiter import Limiter, Place, full_quota
 from rgd.limiting.second_window import SecondWindow
 from rgd.limiting.window_turns import GOLDEN_STEP, Layout, turns_for
 from tests.support.fake_clock import FakeClock
+from tests.support.window_caps import cap_at, whole_messages
 
 BURST = 0.1
 
@@ -27,28 +28,22 @@ def _evenly(share: float, rank: int, members: int) -> Layout:
     return Layout(rank * (share % 1.0), float(max(up, 1)), up)
 
 
-def whole_messages(cap: float, unit: float) -> int:
-    """What a window of `cap` admits in one second, in whole messages of `unit` (an ask
-    larger than the cap passes on an empty window: one)."""
-    return max(1, math.floor(cap / unit + 1e-9))
-
-
 @settings(max_examples=100, deadline=None)
 @given(members=st.integers(1, 50), rank=st.integers(0, 49), share=st.floats(0.2, 30.0))
 def test_a_member_takes_its_turns_evenly_so_a_saturated_one_averages_its_share(members, rank, share):
     rank %= members
     turns = turns_for(share, 1.0, BURST, members * share, members, _evenly(share, rank, members), 0.0)
     seconds = 2000
-    mean = sum(whole_messages(turns.cap_at(s + 0.5)[0], 1.0) for s in range(seconds)) / seconds
+    mean = sum(whole_messages(cap_at(turns, s + 0.5), 1.0) for s in range(seconds)) / seconds
     assert mean >= share * 0.99 - 0.01
 
 
 def test_the_cap_holds_until_the_next_wall_clock_second():
     turns = turns_for(2.4, 1.0, BURST, 2.4 * 17, 17, _evenly(2.4, 3, 17), wall_offset=1000.25)  # wall = clock + 1000.25
-    cap, until = turns.cap_at(10.0)  # wall 1010.25: second 1010 ends at wall 1011, clock 10.75
+    cap, until = cap_at(turns, 10.0), turns.turn_at(10.0)[1]  # wall 1010.25: second 1010 ends at wall 1011, clock 10.75
     assert until == 10.75
-    assert turns.cap_at(10.7)[0] == cap
-    assert turns.cap_at(10.75)[1] == 11.75
+    assert cap_at(turns, 10.7) == cap
+    assert turns.turn_at(10.75)[1] == 11.75
 
 
 def _lockstep(places: list[Place | None], share: float, rate: float, seconds: int) -> tuple[list[int], list[int]]:
@@ -99,7 +94,7 @@ def test_a_new_layout_within_a_second_keeps_the_seconds_turn():
     phi = (10 * GOLDEN_STEP) % 1.0
     off = turns_for(2.5, 1.0, 0.0, 10.0, 3, Layout((phi - 0.7) % 1.0, 1.0, 1), 0.0)  # the point misses it
     on = turns_for(2.5, 1.0, 0.0, 10.0, 3, Layout((phi - 0.2) % 1.0, 1.0, 1), 0.0)  # the point falls on it
-    assert off.cap_at(10.5)[0] == 2.5 and on.cap_at(10.5)[0] > 3.0
+    assert cap_at(off, 10.5) == 2.5 and cap_at(on, 10.5) > 3.0
     window = SecondWindow(100.0, off, now=10.1)
     admitted = 0
     for i, t in enumerate([10.1, 10.3, 10.5, 10.7, 10.9]):
@@ -114,4 +109,4 @@ def test_a_new_layout_within_a_second_keeps_the_seconds_turn():
     assert window.turn_cap == 3.5  # a new rate applies within the second, the turn does not
     assert window.fits(1.0, 10.96)
     window.take_turns(on, 100.0, 11.0)
-    assert window.turn_cap == on.cap_at(11.0)[0]  # a new second, a new draw
+    assert window.turn_cap == cap_at(on, 11.0)  # a new second, a new draw
