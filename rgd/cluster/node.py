@@ -513,9 +513,9 @@ class ClusterNode:
 
     def _report(self, now: float, fresh: Mapping[str, GroupUsage], leaving: bool = False) -> list[UsageReport]:
         """A report of `fresh` entries plus every group changed since the oldest member's
-        acknowledgement (all groups with demand when a member acknowledged nothing), split to
-        fit the broker; recorded as sent."""
-        base = self._acked() if self.usage_map.members else self.own.sequence
+        acknowledgement (all groups with demand while a member acknowledged nothing or we know of
+        none: a listener we have not heard holds nothing of ours), split; recorded as sent."""
+        base = self._acked() if self.usage_map.members else 0
         tick_s = self.config.tick_seconds
         entries: dict[str, GroupUsage] = {}
         names = self.own.active() if base == 0 else self.own.changed_after(base)

@@ -278,6 +278,22 @@ def test_a_lone_node_takes_the_whole_quota_once_it_has_listened_a_tick() -> None
     assert topic.limits() == {"a": 100.0}  # nobody has demand: quota / 1
 
 
+def test_a_node_that_knows_no_member_sends_its_whole_state_in_every_report() -> None:
+    """A listener we have not heard of holds nothing of ours, so while we know no member every
+    report is whole: a daemon that missed our first reports holds us from the first it hears."""
+    topic = started(["a"])
+    topic.run(2.0, {"a": 30})
+    now = topic.clock.now()
+    parts = topic.nodes["a"].tick_report(now).parts
+    assert all(p.sequence > 1 for p in parts)  # not the first: the hello went before
+    late = ClusterNode(NodeConfig("b", TICK, react_seconds=REACT), 1, topic.clock, lambda: topic.groups)
+    for part in parts:
+        assert late.fold(part, now).accepted
+    member = late.usage_map.members["a"]
+    assert member.in_sync and member.held == parts[-1].sequence
+    assert late.usage_map.groups["g"]["a"].usage.publish.admitted_messages == pytest.approx(30.0, rel=0.2)
+
+
 def test_nodes_that_hold_each_other_split_an_idle_group_evenly() -> None:
     topic = started(["a", "b"])
     assert topic.limits() == pytest.approx({"a": 50.0, "b": 50.0})
