@@ -53,6 +53,8 @@ MAX_LEASE_FACTOR = 3.0  # a lease never grows beyond this many configured leases
 MIN_WINDOW = 0.001  # seconds: a window is never taken as shorter (a bucket born this instant)
 EARLY_WINDOW_TICKS = 0.2  # a group with demand is measured over at least this much of a tick
 EARLY_MIN_MESSAGES = 2.0  # ... and a rise of more than this many messages in the window
+LOW_RATE_MESSAGES = 2.0  # a figure under this many messages a tick is measured until as many arrive
+LOW_RATE_TICKS = 4.0  # ... or this many ticks pass
 
 
 class Clock(Protocol):
@@ -143,6 +145,36 @@ def _rate(totals: tuple[int, ...], mark: tuple[float, tuple[int, ...]], now: flo
     span = max(now - at, MIN_WINDOW)
     return ((totals[0] - counted[0] + totals[2] - counted[2]) / span,
             (totals[1] - counted[1] + totals[3] - counted[3]) / span)
+
+
+def _long_enough(now: float, mark: tuple[float, tuple[int, ...]], totals: tuple[int, ...], shortest: float,
+                 latest: PeerUsage | None, kind: str, tick: float) -> bool:
+    """Whether a bucket's window since `mark` (now, its cumulative `totals`) measures it: at least
+    `shortest`; and where its last figure (`latest`) was a low rate, under LOW_RATE_MESSAGES a
+    tick but not idle, until as many messages arrived or LOW_RATE_TICKS passed. A tick's count
+    of 0 or 1 says little of a rate of a message or so a tick, and the smallest of such figures
+    (our acknowledged demand) would read idle nearly always, holding the group to its floor."""
+    counted, span = mark[1], now - mark[0]
+    if span < shortest:
+        return False
+    was = latest.kind(kind).demand_messages if latest is not None else 0.0
+    if not was or was * tick >= LOW_RATE_MESSAGES:
+        return True
+    arrived = totals[0] - counted[0] + totals[2] - counted[2]
+    return arrived >= LOW_RATE_MESSAGES or span >= LOW_RATE_TICKS * tick - 1e-9
+
+
+def _per_tick(totals: tuple[int, ...], counted: tuple[int, ...], f: float) -> tuple[int, ...]:
+    """Counts since `counted`, scaled by `f` to one tick and rounded to whole messages (what a
+    report carries), a window with any demand reading at least one message (of its mean size,
+    admitted or throttled as most of them were): rounded to none, it would read idle."""
+    d = [v - c for v, c in zip(totals, counted, strict=True)]
+    out = [round(x * f) for x in d]
+    if out[0] + out[2] == 0 and d[0] + d[2] > 0:
+        i = 0 if d[0] >= d[2] else 2
+        out[0:4] = [0, 0, 0, 0]
+        out[i], out[i + 1] = 1, round(d[i + 1] / d[i])
+    return tuple(out)
 
 
 def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
@@ -242,16 +274,14 @@ class ClusterNode:
         horizon = now - 5 * self.config.tick_seconds
         self._round_trips = [(at, rtt) for at, rtt in self._round_trips if at >= horizon]
         self._echo_delays = [(at, d) for at, d in self._echo_delays if at >= horizon]
-        # Before a peer answered: the topic's delay both ways (our echo's) and a peer's react.
         echoed = 2 * self._longest_echo() + 2 * self.config.react_seconds
         return max([echoed, *(rtt for _, rtt in self._round_trips)])
 
     def announced_lease(self, now: float) -> float:
-        """The lease our reports announce: the configured one, or a tick more than a round
-        trip where that is longer (a lease shorter than a round trip could never be renewed);
-        the longest before our first echo told us the topic's delay (the reports a peer
-        acknowledges first are those). Safety does not depend on the value: peers evict us by
-        what we announced."""
+        """The lease our reports announce: the configured one, or a tick more than a round trip
+        where that is longer (a shorter one could never be renewed); the longest before our first
+        echo told us the topic's delay (the reports a peer acknowledges first are those). Safety
+        does not depend on the value: peers evict us by what we announced."""
         if not self._echoed:
             return MAX_LEASE_FACTOR * self.config.lease_seconds
         return self._measured_lease(now)
@@ -261,13 +291,12 @@ class ClusterNode:
         return min(longest, max(self.config.lease_seconds, self.round_trip(now) + self.config.tick_seconds))
 
     def lease_end(self) -> float:
-        """Until when every member that held our state keeps us (our clock): see
-        OwnReports.lease_end; and a lease after we last heard the topic at all (alone, or beside
-        members that never acknowledged us, that is what ends it when we are cut off). A react
-        interval early, since our limits move only at a react. A member that never acknowledged
-        us does not count: it has heard us and counts us as busy until it holds our state, or it has not and is
-        still settling (P3), admitting nothing. One that acknowledged us and no longer does has
-        dropped us: it may be taking our share, so we admit nothing until it holds us again."""
+        """Until when every member that held our state keeps us (our clock): see OwnReports.lease_end;
+        and a lease after we last heard the topic at all (alone, or beside members that never
+        acknowledged us, that is what ends it when we are cut off). A react interval early, since our
+        limits move only at a react. A member that never acknowledged us does not count: it counts us
+        as busy until it holds our state, or it is still settling (P3), admitting nothing. One that
+        acknowledged us and no longer does has dropped us: we admit nothing until it holds us again."""
         acks = [m.holds_of_us for m in self.usage_map.members.values() if m.acked_us]
         heard = -math.inf if self.heard_at is None else self.heard_at + self.config.lease_seconds
         return min(self.own.lease_end(acks), heard) - self.config.react_seconds
@@ -458,8 +487,12 @@ class ClusterNode:
     # -- reports out ------------------------------------------------------------------------
 
     def _measured(self, now: float, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-        """The buckets among `keys` whose window since their mark is long enough to measure."""
-        return [k for k in keys if now - self._mark_of(k, now)[0] >= self._shortest_window(k[0])]
+        """The buckets among `keys` of the groups one of whose windows is long enough to measure
+        (a report's entry holds every kind of its group, each measured since the same mark)."""
+        keys, states, tick = list(keys), self.limiter.states, self.config.tick_seconds
+        ready = {k[0] for k in keys if _long_enough(now, self._mark_of(k, now), _totals(states[k]),
+                                                    self._shortest_window(k[0]), self.own.latest(k[0]), k[1], tick)}
+        return [k for k in keys if k[0] in ready]
 
     def _window_entries(self, now: float, collected: Mapping[tuple[str, str], Collected] | None,
                         keys: list[tuple[str, str]]) -> dict[str, GroupUsage]:
@@ -479,17 +512,16 @@ class ClusterNode:
                     and _rate(totals, tick_mark, now) > _rate(totals, (at, counted), now)):
                 at, counted = tick_mark
             f = tick / max(now - at, MIN_WINDOW)
-            am, ab, tm, tb, sm, sb = (round((v - c) * f) for v, c in zip(totals, counted, strict=True))
+            am, ab, tm, tb, sm, sb = _per_tick(totals, counted, f)
             counters = TickCounters(am, ab, tm, tb, shadow_throttled_messages=sm, shadow_throttled_bytes=sb)
             c = collected.get(key) if collected is not None else None
             scaled[key] = Collected(counters, c.namespaces if c else frozenset(), c.topics if c else 0)
         return group_entries(scaled, states, self.groups(), sorted({g for g, _ in keys}))
 
     def _shortest_window(self, group: str) -> float:
-        """The shortest window a group's demand is measured over: none for its first demand (the
-        first react after it reports it: a new group's first second matters), a fifth of a tick
-        once it has some (a few asks in a shorter window read as noise, and the acknowledged
-        minimum over noisy figures sits below the demand)."""
+        """The shortest window a group's demand is measured over: none for its first demand (a
+        new group's first second matters), a fifth of a tick once it has some (a few asks in a
+        shorter window read as noise, and the acknowledged minimum of noisy figures is low)."""
         if self.own.latest(group) is None:
             return 0.0
         return max(self.config.react_seconds, EARLY_WINDOW_TICKS * self.config.tick_seconds) - 1e-9

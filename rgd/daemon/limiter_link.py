@@ -218,7 +218,8 @@ class MirrorLimiter(Limiter):
         serving process started it provisionally: the node's limit replaces that."""
         msgs, nbytes = self.initial_limits(group, kind)
         self._record(("limit", group.name, kind, msgs, nbytes, None))
-        return KindState(MirrorRate(msgs), MirrorRate(nbytes))  # type: ignore[arg-type]  # rates are all it reads
+        # born now, as Limiter's: the node measures a new bucket's first demand from its birth
+        return KindState(MirrorRate(msgs), MirrorRate(nbytes), born=now)  # type: ignore[arg-type]  # rates are all it reads
 
     def takes_turns(self, group: ResourceGroup, kind: str, messages: float, nbytes: float) -> bool:
         """Always: whether the serving process's bucket takes turns depends on its own counts

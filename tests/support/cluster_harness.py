@@ -51,6 +51,17 @@ class Cluster:
             d.wait_ready()
         return d
 
+    def start_members(self, *daemon_ids: str) -> None:
+        """Start `daemon_ids` together; return once each is ready, holds all the others as
+        members, and two ticks more have run (every one has reported to every other)."""
+        for daemon_id in daemon_ids:
+            self.start(daemon_id, wait=False)
+        for daemon_id in daemon_ids:
+            self.daemons[daemon_id].wait_ready()
+        wait_until(lambda: all(set(self.daemons[d].get_json("/readyz")[1].get("members", ())) == set(daemon_ids)
+                               for d in daemon_ids), 15)
+        self.wait_ticks(2)
+
     def stop_all(self) -> None:
         for d in self.daemons.values():
             d.stop()

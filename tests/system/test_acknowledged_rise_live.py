@@ -16,8 +16,6 @@ share of the spare), then d2 offered 80: fair is 50 each.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 import time
 from pathlib import Path
 
@@ -27,13 +25,10 @@ from sim.engine import run
 from sim.scenario import parse
 from sim.usage_logs import UsageLogs
 from tests.support.acknowledged_rise import Rise, find_rise, read_logs
-from tests.support.cluster_harness import Cluster, wait_until
+from tests.support.cluster_harness import Cluster
+from tests.support.scripts import load_script
 
-_spec = importlib.util.spec_from_file_location(
-    "reaction_probe", Path(__file__).resolve().parents[2] / "scripts" / "reaction_probe.py")
-probe = importlib.util.module_from_spec(_spec)
-sys.modules["reaction_probe"] = probe
-_spec.loader.exec_module(probe)  # type: ignore[union-attr]
+probe = load_script("reaction_probe")
 
 QUOTA = 100.0
 OLD_SHARE_AT_MOST = 30.0  # d2's share before the rise: 10 and part of the spare 10
@@ -68,13 +63,7 @@ def test_a_live_rise_waits_for_its_acknowledgements_as_in_the_simulator(broker, 
     c = Cluster(broker.url, tmp_path, quota=QUOTA)
     rise_at = 3.0
     try:
-        for name in ("d1", "d2"):
-            c.start(name, wait=False)
-        for name in ("d1", "d2"):
-            c.daemons[name].wait_ready()
-        wait_until(lambda: all(set(d.get_json("/readyz")[1].get("members", ())) == {"d1", "d2"}
-                               for d in c.daemons.values()), 15)
-        c.wait_ticks(2)
+        c.start_members("d1", "d2")
         counts = probe.Counts()
         wall_minus_mono = time.time() - time.monotonic()
         streams = [(c.daemons["d1"].url, ("d1", "gold"), "acme/x", lambda _t: 80.0),

@@ -6,23 +6,17 @@ are printed (`pytest -s`)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.support.cluster_harness import LAYOUTS, Cluster, wait_until
+from tests.support.scripts import load_script
 
 pytestmark = pytest.mark.timing
 
-_spec = importlib.util.spec_from_file_location(
-    "reaction_probe", Path(__file__).resolve().parents[2] / "scripts" / "reaction_probe.py")
-probe = importlib.util.module_from_spec(_spec)
-sys.modules["reaction_probe"] = probe  # its dataclasses look their module up
-_spec.loader.exec_module(probe)  # type: ignore[union-attr]
+probe = load_script("reaction_probe")
 
 
 class DelayWatch:

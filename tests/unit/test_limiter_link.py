@@ -111,6 +111,20 @@ def test_a_new_bucket_starts_with_the_initial_fraction_until_the_node_sets_its_l
     assert serving.states[("b", "dispatch")].limit == (12.0, INF)
 
 
+def test_a_mirrors_new_bucket_is_born_when_its_first_counts_arrive_as_a_limiters_is() -> None:
+    """The node measures a new group's first demand over the window since its bucket's birth:
+    a mirror's bucket born at 0 made that window the clock's whole reading, and the first
+    demand read as next to nothing."""
+    clock = Clock()
+    clock.now = 500.0
+    serving = ServingLimiter(clock, 0.1, 10.0)
+    serving.acquire(GROUPS["b"], "dispatch", 1, 10, "t/x")
+    mirror = MirrorLimiter(clock, 0.1, 10.0)
+    clock.now = 500.05
+    mirror.absorb(serving.take_counts(), GROUPS)
+    assert mirror.states[("b", "dispatch")].born == 500.05
+
+
 def test_the_mirror_sends_a_limit_only_when_it_changes_and_drops_counts_of_deleted_groups() -> None:
     clock = Clock()
     mirror = MirrorLimiter(clock, 0.1, 10.0)

@@ -447,6 +447,27 @@ def test_a_tick_after_an_early_report_of_a_burst_reports_the_whole_ticks_demand(
     assert figures == [40, 40, 40]
 
 
+def test_a_rate_under_a_message_a_tick_is_measured_over_several_ticks_not_read_as_idle() -> None:
+    """Asks at 0.6 a second, one in each of 3 ticks out of 5. Measured tick by tick, every other
+    figure read 0 (idle), or a window of 2 messages in 4 ticks rounded to 0 whole messages a
+    tick: the smallest of our recent figures was idle nearly always, and the group was held to
+    the idle floor. Measured until two messages arrived (or four ticks passed), any demand
+    reading at least a message a tick, no figure reads idle."""
+    topic = started(["a", "b"])
+    node = topic.nodes["a"]
+    demands = []
+    for arrivals in [1, 0, 1, 0, 1] * 4:
+        if arrivals:
+            topic.ask("a", 1)
+        topic.run(1.0)
+        latest = node.own.latest("g")
+        demands.append(None if latest is None else (latest.publish.demand_messages, latest.publish.demand_bytes))
+    assert node.limiter.state(QUOTA, "publish").total_admitted_messages == 12
+    assert all(d is not None and d[0] == 1.0 and 0 < d[1] <= 100.0 for d in demands), demands  # never idle
+    held = node.own.as_held("g", node._oldest_held(topic.clock.now()))
+    assert held is not None and held.publish.demand_messages == 1.0
+
+
 def test_a_group_configured_after_a_peer_reported_it_has_the_peers_figures_at_once() -> None:
     """Configs reach daemons at different times (a file rolled out node by node, the config
     topic's delay). A peer reports x7 while x7 is not configured here yet; its later reports
