@@ -148,20 +148,20 @@ def _rate(totals: tuple[int, ...], mark: tuple[float, tuple[int, ...]], now: flo
 
 
 def _long_enough(now: float, mark: tuple[float, tuple[int, ...]], totals: tuple[int, ...], shortest: float,
-                 latest: PeerUsage | None, kind: str, tick: float) -> bool:
+                 latest: PeerUsage | None, kind: str, tick: float) -> bool | None:
     """Whether a bucket's window since `mark` (now, its cumulative `totals`) measures it: at least
-    `shortest`; and where its last figure (`latest`) was a low rate, under LOW_RATE_MESSAGES a
-    tick but not idle, until as many messages arrived or LOW_RATE_TICKS passed. A tick's count
-    of 0 or 1 says little of a rate of a message or so a tick, and the smallest of such figures
-    (our acknowledged demand) would read idle nearly always, holding the group to its floor."""
+    `shortest`; at a low rate (its last figure, `latest`, under LOW_RATE_MESSAGES a tick), once as
+    many arrived or LOW_RATE_TICKS passed; None (either) while idle with nothing arrived. A tick's
+    count of 0 or 1 says little of a rate of a message or so a tick, and the smallest of such
+    figures (our acknowledged demand) would read idle nearly always, holding the group to its floor."""
     counted, span = mark[1], now - mark[0]
+    arrived = totals[0] - counted[0] + totals[2] - counted[2]
+    was = latest.kind(kind).demand_messages if latest is not None else 0.0
     if span < shortest:
         return False
-    was = latest.kind(kind).demand_messages if latest is not None else 0.0
-    if not was or was * tick >= LOW_RATE_MESSAGES:
-        return True
-    arrived = totals[0] - counted[0] + totals[2] - counted[2]
-    return arrived >= LOW_RATE_MESSAGES or span >= LOW_RATE_TICKS * tick - 1e-9
+    if not was:
+        return True if arrived > 0 else None
+    return was * tick >= LOW_RATE_MESSAGES or arrived >= LOW_RATE_MESSAGES or span >= LOW_RATE_TICKS * tick - 1e-9
 
 
 def _per_tick(totals: tuple[int, ...], counted: tuple[int, ...], f: float) -> tuple[int, ...]:
@@ -487,12 +487,13 @@ class ClusterNode:
     # -- reports out ------------------------------------------------------------------------
 
     def _measured(self, now: float, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-        """The buckets among `keys` of the groups one of whose windows is long enough to measure
-        (a report's entry holds every kind of its group, each measured since the same mark)."""
+        """The buckets among `keys` of groups with a window long enough to measure and none too
+        short (_long_enough; a report's entry holds every kind of its group, all since one mark)."""
         keys, states, tick = list(keys), self.limiter.states, self.config.tick_seconds
-        ready = {k[0] for k in keys if _long_enough(now, self._mark_of(k, now), _totals(states[k]),
-                                                    self._shortest_window(k[0]), self.own.latest(k[0]), k[1], tick)}
-        return [k for k in keys if k[0] in ready]
+        said = [(k[0], _long_enough(now, self._mark_of(k, now), _totals(states[k]), self._shortest_window(k[0]),
+                                    self.own.latest(k[0]), k[1], tick)) for k in keys]
+        waiting = {g for g, ok in said if ok is False} - {g for g, ok in said if ok}
+        return [k for k in keys if k[0] not in waiting]
 
     def _window_entries(self, now: float, collected: Mapping[tuple[str, str], Collected] | None,
                         keys: list[tuple[str, str]]) -> dict[str, GroupUsage]:
@@ -527,10 +528,9 @@ class ClusterNode:
         return max(self.config.react_seconds, EARLY_WINDOW_TICKS * self.config.tick_seconds) - 1e-9
 
     def _mark_of(self, key: tuple[str, str], now: float) -> tuple[float, tuple[int, ...]]:
-        """The (group, kind)'s mark: where its current window starts, and its cumulative counts
-        then. For a bucket seen for the first time, its birth with nothing counted (not our
-        start: a new group's demand reads as the rate it arrives at, and every message it
-        counted is in its first report)."""
+        """The (group, kind)'s mark: where its current window starts, and its cumulative counts then.
+        For a new bucket, its birth with nothing counted (not our start: a new group's demand reads
+        as the rate it arrives at, and every message it counted is in its first report)."""
         mark = self._marks.get(key)
         if mark is None:
             mark = self._marks[key] = (min(self.limiter.states[key].born, now), (0,) * 6)

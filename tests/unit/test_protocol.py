@@ -468,6 +468,23 @@ def test_a_rate_under_a_message_a_tick_is_measured_over_several_ticks_not_read_a
     assert held is not None and held.publish.demand_messages == 1.0
 
 
+def test_a_group_that_wakes_after_idle_ticks_reads_the_rate_it_wakes_at() -> None:
+    """Idle ticks move an idle group's window on, as any measured tick does: a group that
+    wakes at 50 a second reads 50, not 50 spread over the ticks it was idle."""
+    topic = started(["a", "b"])
+    node = topic.nodes["a"]
+    topic.run(3.0, {"a": 20})
+    topic.run(6.0)
+    assert node.own.latest("g") is None  # reported idle
+    first: list[float] = []
+    for _ in range(10):
+        topic.run(REACT, {"a": 50})
+        latest = node.own.latest("g")
+        if latest is not None and not first:
+            first.append(latest.publish.demand_messages)
+    assert first and first[0] == pytest.approx(50, rel=0.25)  # its first report, early or at the tick
+
+
 def test_a_group_configured_after_a_peer_reported_it_has_the_peers_figures_at_once() -> None:
     """Configs reach daemons at different times (a file rolled out node by node, the config
     topic's delay). A peer reports x7 while x7 is not configured here yet; its later reports
