@@ -29,15 +29,9 @@ def test_every_required_scenario_is_built_in() -> None:
 # metric does not judge (its targets are checked by hand below).
 # `partition`: a daemon cut off the topic while its brokers keep asking it admits nothing from
 # its lease's end; the judge splits the quota over the connected daemons meanwhile.
-# `issue12-lossy-shift` (30 % loss, a tick of delay): its start converges in 4 ticks since the
-# leases stopped lapsing at start (docs/design/protocol.md, M7), where its lost acknowledgements
-# now fall; each lost ask or answer costs a tick (the next acknowledgement rides a tick report).
-# Issue 42 is open on it.
-LOSSY_START = pytest.mark.xfail(strict=True, reason="issue 42 open: issue12-lossy-shift's start converges in 4 ticks")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=LOSSY_START) if n == "issue12-lossy-shift" else n
-                                  for n in BUILTINS if n not in ("loss", "issue12-coupled")])
+@pytest.mark.parametrize("name", [n for n in BUILTINS if n not in ("loss", "issue12-coupled")])
 def test_rgd_meets_its_targets(name: str) -> None:
     _, m = result(name, "rgd")
     assert m.ticks_to_converge is not None and m.ticks_to_converge <= 3, m.windows
