@@ -147,21 +147,22 @@ def _rate(totals: tuple[int, ...], mark: tuple[float, tuple[int, ...]], now: flo
             (totals[1] - counted[1] + totals[3] - counted[3]) / span)
 
 
-def _long_enough(now: float, mark: tuple[float, tuple[int, ...]], totals: tuple[int, ...], shortest: float,
-                 latest: PeerUsage | None, kind: str, tick: float) -> bool | None:
-    """Whether a bucket's window since `mark` (now, its cumulative `totals`) measures it: at least
-    `shortest`; at a low rate (its last figure, `latest`, under LOW_RATE_MESSAGES a tick), once as
-    many arrived or LOW_RATE_TICKS passed; None (either) while idle with nothing arrived. A tick's
-    count of 0 or 1 says little of a rate of a message or so a tick, and the smallest of such
-    figures (our acknowledged demand) would read idle nearly always, holding the group to its floor."""
-    counted, span = mark[1], now - mark[0]
-    arrived = totals[0] - counted[0] + totals[2] - counted[2]
-    was = latest.kind(kind).demand_messages if latest is not None else 0.0
+def _long_enough(span: float, counted: tuple[int, ...], st: KindState, latest: PeerUsage | None, kind: str,
+                 shortest: float, tick: float) -> bool | None:
+    """Whether a bucket's (`st`'s) window of `span` seconds since its mark (`counted`) measures it:
+    at least `shortest`; at a low rate (its last figure, `latest`, under LOW_RATE_MESSAGES a
+    tick), once as many arrived or LOW_RATE_TICKS passed; None (either) while idle with nothing
+    arrived. A tick's count of 0 or 1 says little of a rate of a message or so a tick, and the
+    smallest of such figures (our acknowledged demand) would read idle nearly always."""
     if span < shortest:
         return False
+    was = latest.kind(kind).demand_messages if latest is not None else 0.0
+    if was * tick >= LOW_RATE_MESSAGES:
+        return True
+    arrived = st.total_admitted_messages + st.total_throttled_messages - counted[0] - counted[2]
     if not was:
         return True if arrived > 0 else None
-    return was * tick >= LOW_RATE_MESSAGES or arrived >= LOW_RATE_MESSAGES or span >= LOW_RATE_TICKS * tick - 1e-9
+    return arrived >= LOW_RATE_MESSAGES or span >= LOW_RATE_TICKS * tick - 1e-9
 
 
 def _per_tick(totals: tuple[int, ...], counted: tuple[int, ...], f: float) -> tuple[int, ...]:
@@ -489,9 +490,9 @@ class ClusterNode:
     def _measured(self, now: float, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """The buckets among `keys` of groups with a window long enough to measure and none too
         short (_long_enough; a report's entry holds every kind of its group, all since one mark)."""
-        keys, states, tick = list(keys), self.limiter.states, self.config.tick_seconds
-        said = [(k[0], _long_enough(now, self._mark_of(k, now), _totals(states[k]), self._shortest_window(k[0]),
-                                    self.own.latest(k[0]), k[1], tick)) for k in keys]
+        keys, states, tick, latest = list(keys), self.limiter.states, self.config.tick_seconds, self.own.latest
+        said = [(k[0], _long_enough(now - (m := self._mark_of(k, now))[0], m[1], states[k], (u := latest(k[0])), k[1],
+                                    self._shortest_window(u), tick)) for k in keys]
         waiting = {g for g, ok in said if ok is False} - {g for g, ok in said if ok}
         return [k for k in keys if k[0] not in waiting]
 
@@ -519,11 +520,11 @@ class ClusterNode:
             scaled[key] = Collected(counters, c.namespaces if c else frozenset(), c.topics if c else 0)
         return group_entries(scaled, states, self.groups(), sorted({g for g, _ in keys}))
 
-    def _shortest_window(self, group: str) -> float:
+    def _shortest_window(self, latest: PeerUsage | None) -> float:
         """The shortest window a group's demand is measured over: none for its first demand (a
         new group's first second matters), a fifth of a tick once it has some (a few asks in a
         shorter window read as noise, and the acknowledged minimum of noisy figures is low)."""
-        if self.own.latest(group) is None:
+        if latest is None:  # the group's last figure (OwnReports.latest)
             return 0.0
         return max(self.config.react_seconds, EARLY_WINDOW_TICKS * self.config.tick_seconds) - 1e-9
 
@@ -699,13 +700,13 @@ class ClusterNode:
                 continue
             at, (am, _ab, tm, _tb, _sm, _sb) = self._mark_of(key, now)
             span = max(now - at, MIN_WINDOW)
-            if span < self._shortest_window(key[0]):
+            latest = self.own.latest(key[0])
+            if span < self._shortest_window(latest):
                 continue
             demand = st.total_admitted_messages + st.total_throttled_messages - am - tm
             if demand <= EARLY_MIN_MESSAGES:
                 continue
             rate = demand / span
-            latest = self.own.latest(key[0])
             was = latest.kind(key[1]).demand_messages if latest is not None else 0.0
             if rate > was * (1 + tolerance) and demand - was * span > EARLY_MIN_MESSAGES:
                 out.add(key[0])
