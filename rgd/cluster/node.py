@@ -147,6 +147,11 @@ def _rate(totals: tuple[int, ...], mark: tuple[float, tuple[int, ...]], now: flo
             (totals[1] - counted[1] + totals[3] - counted[3]) / span)
 
 
+def _arrived(st: KindState, counted: tuple[int, ...]) -> int:
+    """Messages asked for at a bucket (admitted or throttled) since the mark that read `counted` (_totals)."""
+    return st.total_admitted_messages + st.total_throttled_messages - counted[0] - counted[2]
+
+
 def _long_enough(span: float, counted: tuple[int, ...], st: KindState, latest: PeerUsage | None, kind: str,
                  shortest: float, tick: float) -> bool | None:
     """Whether a bucket's (`st`'s) window of `span` seconds since its mark (`counted`) measures it:
@@ -159,7 +164,7 @@ def _long_enough(span: float, counted: tuple[int, ...], st: KindState, latest: P
     was = latest.kind(kind).demand_messages if latest is not None else 0.0
     if was * tick >= LOW_RATE_MESSAGES:
         return True
-    arrived = st.total_admitted_messages + st.total_throttled_messages - counted[0] - counted[2]
+    arrived = _arrived(st, counted)
     if not was:
         return True if arrived > 0 else None
     return arrived >= LOW_RATE_MESSAGES or span >= LOW_RATE_TICKS * tick - 1e-9
@@ -698,12 +703,12 @@ class ClusterNode:
             if st is None:  # forgotten (its group left the config)
                 self._since_mark.discard(key)
                 continue
-            at, (am, _ab, tm, _tb, _sm, _sb) = self._mark_of(key, now)
+            at, counted = self._mark_of(key, now)
             span = max(now - at, MIN_WINDOW)
             latest = self.own.latest(key[0])
             if span < self._shortest_window(latest):
                 continue
-            demand = st.total_admitted_messages + st.total_throttled_messages - am - tm
+            demand = _arrived(st, counted)
             if demand <= EARLY_MIN_MESSAGES:
                 continue
             rate = demand / span

@@ -8,7 +8,6 @@ in the middle of a segment, a torn tail, and a segment of pure garbage.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from rgd.usage_log import UsageLog, read_segment
 from rgd.usage_log.frame import RECEIPT
 from rgd.wire.usage_report_pb2 import UsageReport
 from tests.support.fake_clock import FakeClock
+from tests.support.scripts import load_script
 
 pytestmark = pytest.mark.spark
 
@@ -249,16 +249,8 @@ def test_outputs_exist_and_summary_json_matches(report: dict) -> None:
     assert html.count("<svg") >= 4
 
 
-def _render_helper():
-    path = Path(__file__).resolve().parents[2] / "scripts" / "render_report_png.py"
-    spec = importlib.util.spec_from_file_location("render_report_png", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_html_renders_in_headless_chromium(report: dict) -> None:
-    helper = _render_helper()
+    helper = load_script("render_report_png")
     exe = helper.find_chromium()
     assert exe is not None, "chromium is not installed: run scripts/system-deps.sh (README command 2 does)"
     result = helper.render(exe, report["out"] / "report.html", report["root"] / "shot.png")

@@ -1,15 +1,14 @@
 """The checked-in generated protobuf code must match proto/ exactly."""
 
-import importlib.util
 from pathlib import Path
+
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_generated_code_is_fresh(tmp_path):
-    spec = importlib.util.spec_from_file_location("gen_proto", ROOT / "scripts" / "gen_proto.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = load_script("gen_proto")
     fresh = {p.name: p.read_bytes() for p in gen.generate(tmp_path)}
     checked_in = {p.name: p.read_bytes() for p in (ROOT / "rgd" / "wire").glob("*_pb2.py*")}
     assert fresh.keys() == checked_in.keys()
