@@ -62,6 +62,7 @@ def write_groups(path: Path, quota: int, extra_groups: int = 0, salt: int = 0) -
 class LoadFigures:
     latencies_ms: list[float] = field(default_factory=list)
     admitted_per_second: Counter = field(default_factory=Counter)
+    admitted_at: list[float] = field(default_factory=list)  # wall time of each allowed answer
     errors: int = 0
     requests: int = 0
 
@@ -120,7 +121,9 @@ class AcquireLoad:
                     continue
                 f.latencies_ms.append(elapsed)
                 if doc.get("allowed"):
-                    f.admitted_per_second[int(time.time())] += 1
+                    at = time.time()
+                    f.admitted_per_second[int(at)] += 1
+                    f.admitted_at.append(at)
         if conn is not None:
             conn.close()
 

@@ -26,7 +26,8 @@ sum of the local limits the daemons held (their /v1/quota, sampled every 0.2 s);
 worst second over the quota in % (before, during, after the cut; a second that straddles
 the cut or the heal counts where most of it is); how long after the cut
 d3's /readyz said not ready, and what it said; when it was ready again; how long after the
-heal every daemon's share was within 10 % of quota / 3 for every later second. Then the
+heal every daemon's share was within 10 % of quota / 3 for every later second; when d3 last
+admitted during the cut and when a peer first took more than a fair share. Then the
 command that made the figures. Everything it starts is stopped and removed at the end.
 """
 
@@ -75,6 +76,12 @@ class Figures:
     not_ready_after_s: float | None = None  # since the cut; None: never within the cut
     not_ready_says: dict[str, object] = field(default_factory=dict)
     ready_again_after_s: float | None = None  # since the heal
+    # The lease, live (docs/design/protocol.md, P4): since the cut, when the cut daemon last
+    # admitted during the cut, and when a peer first held more than a fair share (it evicted
+    # the cut daemon and took its share; its /v1/quota, sampled every 0.2 s). The first must
+    # come before the second.
+    cut_admitted_until_s: float | None = None
+    peers_took_share_after_s: float | None = None
     fair_after_heal_s: float | None = None  # None: not fair to the end
 
 
@@ -93,7 +100,7 @@ def fair_from(seconds: list[dict[str, float]], heal: float, share: float) -> flo
 
 
 def analyse(fig: Figures, counts: dict[str, dict[int, int]], t0: float, t_end: float, cut: float, heal: float,
-            watcher: Watcher) -> None:
+            watcher: Watcher, cut_admitted_at: list[float] | None = None) -> None:
     first, last = math.ceil(t0), math.floor(t_end) - 1  # whole seconds only
     limits = watcher.limit_sums(first, last + 1)
     for i, s in enumerate(range(first, last + 1)):
@@ -120,6 +127,11 @@ def analyse(fig: Figures, counts: dict[str, dict[int, int]], t0: float, t_end: f
             break
     fair = fair_from(fig.seconds, heal, fig.quota / len(DAEMONS))
     fig.fair_after_heal_s = None if fair is None else round(fair, 2)
+    during = [t for t in cut_admitted_at or () if cut_wall <= t < heal_wall]
+    fig.cut_admitted_until_s = round(max(during) - cut_wall, 2) if during else None
+    took = [t for t, d, limit in watcher.limits
+            if d != CUT and cut_wall <= t < heal_wall and limit > (1 + FAIR) * fig.quota / len(DAEMONS)]
+    fig.peers_took_share_after_s = round(min(took) - cut_wall, 2) if took else None
 
 
 def run_probe(quota: float, offered: float, before: float, cut_for: float, after: float, tick: float,
@@ -167,7 +179,7 @@ def run_probe(quota: float, offered: float, before: float, cut_for: float, after
             broker.stop()
     fig = Figures(command, quota, offered, round(cut_at, 2), round(heal_at, 2))
     counts = {name: dict(load.figures.admitted_per_second) for name, load in loads.items()}
-    analyse(fig, counts, t0, t_end, cut_at, heal_at, watcher)
+    analyse(fig, counts, t0, t_end, cut_at, heal_at, watcher, loads[CUT].figures.admitted_at)
     return fig
 
 
@@ -187,6 +199,8 @@ def report(fig: Figures) -> str:
     if fig.not_ready_after_s is not None:
         lines.append(f"  /readyz said: {said}")
     lines.append(f"{CUT} ready again {fig.ready_again_after_s} s after the heal")
+    lines.append(f"{CUT} admitted until {fig.cut_admitted_until_s} s after the cut; a peer held more than a fair "
+                 f"share from {fig.peers_took_share_after_s} s")
     lines.append(f"fair shares (each within {FAIR:.0%} of {fig.quota / len(DAEMONS):.1f}) from "
                  f"{fig.fair_after_heal_s} s after the heal to the end" if fig.fair_after_heal_s is not None
                  else "shares never fair again to the end")

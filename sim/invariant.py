@@ -9,7 +9,8 @@ spends it, and the next surge of demand turns the one into the other.
 
 What counts:
 - every running daemon, partitioned ones included (their brokers still ask them); a
-  crashed or departed daemon grants nothing;
+  crashed or departed daemon grants nothing, and neither does one past the end of its lease
+  (`Limiter.lease_until`: its limiter refuses every ask, whenever its node recomputes next);
 - a dimension whose quota is unlimited (-1) is outside the check, and so is a limit of INF
   (unlimited): it is no grant one can add up;
 - a group the daemon holds a limit for but the config no longer has is not checked.
@@ -22,9 +23,9 @@ crashed or healed within the TTL; the transport's loss and delay), so the premis
 failed can be named beside it.
 
 Cheap on purpose (the fuzzer runs 500 scenarios under 5 strategies): a daemon's grants are
-read again only when its limiter says a limit or its set of states moved
-(`Limiter.limit_changes`, `Limiter.states_version`), and only the dimensions it touched
-are summed again.
+read again only when its limiter says a limit, its set of states or its lease moved
+(`Limiter.limit_changes`, `Limiter.states_version`, `Limiter.lease_until`), and only
+the dimensions it touched are summed again.
 """
 
 from __future__ import annotations
@@ -98,16 +99,18 @@ class Violation:
                 f"[{self.situation.describe()}]")
 
 
-def grants_of(limiter: Limiter, groups: Mapping[str, ResourceGroup]) -> dict[Dimension, float]:
-    """A daemon's finite limits in every limited dimension of the groups in the config."""
+def grants_of(limiter: Limiter, groups: Mapping[str, ResourceGroup], now: float = -math.inf) -> dict[Dimension, float]:
+    """A daemon's finite limits in every limited dimension of the groups in the config; none
+    at all from the end of its lease on (`Limiter.lease_until`: it refuses every ask then)."""
     out: dict[Dimension, float] = {}
+    leased = now < limiter.lease_until
     for (name, kind), st in limiter.states.items():
         group = groups.get(name)
         if group is None:
             continue
         for unit, quota, limit in zip(UNITS, group.rates(kind), st.limit, strict=True):
             if quota >= 0 and limit != math.inf:
-                out[(name, kind, unit)] = limit
+                out[(name, kind, unit)] = limit if leased else 0.0
     return out
 
 
@@ -134,7 +137,8 @@ class InvariantChecker:
         self.tolerance = tolerance
         self.violations: list[Violation] = []
         self.checks = 0
-        self._seen: dict[str, tuple[Limiter, int, int]] = {}  # node id -> (limiter, states_version, changes)
+        # node id -> (limiter, states_version, changes, lease_until, leased)
+        self._seen: dict[str, tuple[Limiter, int, int, float, bool]] = {}
         self._grants: dict[str, dict[Dimension, float]] = {}
         self._by_dim: dict[Dimension, dict[str, float]] = {}
         self._open: dict[Dimension, _Episode] = {}
@@ -156,11 +160,11 @@ class InvariantChecker:
         for node_id, node in nodes.items():
             lim = node.limiter
             seen = self._seen.get(node_id)
-            if seen is not None and seen[0] is lim and seen[1] == lim.states_version \
-                    and seen[2] == lim.limit_changes:
+            now_seen = (lim, lim.states_version, lim.limit_changes, lim.lease_until, now < lim.lease_until)
+            if seen == now_seen and seen[0] is lim:
                 continue
-            self._seen[node_id] = (lim, lim.states_version, lim.limit_changes)
-            self._set_grants(node_id, grants_of(lim, groups), dirty)
+            self._seen[node_id] = now_seen
+            self._set_grants(node_id, grants_of(lim, groups, now), dirty)
         if self._dirty_all:
             dirty.update(self._by_dim)
             dirty.update(self._open)

@@ -463,6 +463,9 @@ class ClusterNode:
             self.recompute(None, now)
         elif self.dirty:
             self.recompute(self.dirty, now)
+        # Our limits hold to the lease's end itself (we stop a react interval early), however late we next recompute.
+        self.limiter.lease_until = self.lease_end() + self.config.react_seconds if valid and self.config.guarded \
+            else math.inf
         # Every fold so far is in our limits now: what we acknowledge.
         self.applied = {d: m.held for d, m in self.usage_map.members.items()}
         self.dirty = set()
@@ -792,10 +795,7 @@ class ClusterNode:
         return FoldOutcome(report, "", result.lost, result.new_member)
 
     def _sent_at(self, sequence: int) -> float:
-        for seq, at, _ in self.own.sent:
-            if seq == sequence:
-                return at
-        return -math.inf
+        return next((at for seq, at, _ in self.own.sent if seq == sequence), -math.inf)
 
     def upkeep(self, now: float) -> list[str]:
         """Evict members silent past their lease; forget what no member can still hold of ours."""

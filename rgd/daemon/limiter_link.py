@@ -72,6 +72,7 @@ class KindCounts(NamedTuple):
 #   ("limit", group, kind, messages, bytes, place)   Limiter.set_limit (place: a Place's fields, or None)
 #   ("forget", group)   Limiter.forget
 #   ("recompute_at", when)   Limiter.recompute_at (CLOCK_MONOTONIC is one clock for both)
+#   ("lease_until", when)   Limiter.lease_until: from then the serving side refuses on its own
 #   ("initial", fraction)   what a new (group, kind) starts with, as a fraction of its quota
 # (pickled across the link as plain tuples; `apply` dispatches on op[0], so the fields are Any)
 Op = tuple[Any, ...]
@@ -177,6 +178,8 @@ class ServingLimiter(Limiter):
                 self.forget(op[1])
             elif what == "recompute_at":
                 self.recompute_at = op[1]
+            elif what == "lease_until":
+                self.lease_until = op[1]
             elif what == "initial":
                 self.initial_fraction = op[1]
             else:
@@ -192,6 +195,7 @@ class MirrorLimiter(Limiter):
                  start_seconds: float | None = None, wall_offset: float = 0.0) -> None:
         self._ops: list[Op] = []
         self._recompute_at = INF
+        self._lease_until = INF
         # Called with no arguments whenever an operation is recorded (the link wakes its sender).
         self.on_op: Callable[[], None] = _nothing
         super().__init__(clock, burst_seconds, max_debt_seconds, initial_limits, start_seconds, wall_offset)
@@ -212,6 +216,16 @@ class MirrorLimiter(Limiter):
     def recompute_at(self, when: float) -> None:
         self._recompute_at = when
         self._record(("recompute_at", when))
+
+    @property
+    def lease_until(self) -> float:
+        return self._lease_until
+
+    @lease_until.setter
+    def lease_until(self, when: float) -> None:
+        if when != self._lease_until:  # set at every recompute; it moves with acknowledgements
+            self._lease_until = when
+            self._record(("lease_until", when))
 
     def _new_state(self, group: ResourceGroup, kind: str, now: float) -> KindState:
         """A bucket's rates alone (`MirrorRate`): nothing asks the mirror for tokens. The

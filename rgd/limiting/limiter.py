@@ -259,6 +259,13 @@ class Limiter:
         self.states_version = 0
         self.counted: set[tuple[str, str]] | None = None
         self.recompute_at = INF  # when limits are next recomputed (caps Retry-After); INF: unknown
+        # The clock reading from which nothing of a limited rate is admitted: the end of the
+        # lease the node computed the limits in force under (rgd.cluster.node). The node closes
+        # them when it recomputes past it; until then the limiter refuses on its own clock, so
+        # a late recompute (a stalled loop, a react that waits for the broker) cannot stretch
+        # a share past the lease its peers keep it for. It moves with every recompute; INF: no
+        # lease (unguarded, or limits already closed).
+        self.lease_until = INF
         self.limit_changes = 0  # set_limit calls that changed a limit (limits move between ticks too)
         self.shadow_all = False  # `rgd run --shadow`: every group in shadow mode (see shadows)
         # Called with what each `collect` took, before anything can ask again: the daemon logs
@@ -390,7 +397,10 @@ class Limiter:
             _add_topic(st, topic)
         # SecondWindow.fits with its common case (fits before expiring, within the second's
         # turn: a window without turns has an infinite turn cap and second) inlined.
-        if (short_m == 0.0 and short_b == 0.0
+        # Past the lease, as under the closed limits the node sets at its next recompute (rate 0
+        # where limited): only an ask of nothing limited passes.
+        leased = now < self.lease_until or not ((messages and mb.rate != INF) or (nbytes and bb.rate != INF))
+        if (short_m == 0.0 and short_b == 0.0 and leased
                 and (win_m is None or (win_m.total + messages <= win_m.cap and now < win_m.until
                                        and win_m.in_turn + messages <= win_m.turn_cap)
                      or win_m.fits(messages, now))
@@ -410,8 +420,14 @@ class Limiter:
             st.total_admitted_messages += messages
             st.total_admitted_bytes += nbytes
             return _new_decision(Decision, (True, 0.0, mb.tokens, bb.tokens, None))
-        wait_m = mb.wait_seconds(short_m)
-        wait_b = bb.wait_seconds(short_b)
+        if not leased:  # what a bucket of rate 0 says: all of it short, never paid at this limit
+            short_m = float(messages) if mb.rate != INF else 0.0
+            short_b = float(nbytes) if bb.rate != INF else 0.0
+            wait_m = INF if short_m else 0.0
+            wait_b = INF if short_b else 0.0
+        else:
+            wait_m = mb.wait_seconds(short_m)
+            wait_b = bb.wait_seconds(short_b)
         if win_m is not None:
             wait_m = max(wait_m, win_m.wait(messages, now))
         if win_b is not None:
@@ -470,7 +486,7 @@ class Limiter:
             add_topics(st, topics)  # None discarded
         base_m = _run_base(mb.rate, mb.tokens)
         base_b = _run_base(bb.rate, bb.tokens)
-        if base_m is None or base_b is None:
+        if base_m is None or base_b is None or now >= self.lease_until:
             admitted = 0
             rem_m = rem_b = None
         else:

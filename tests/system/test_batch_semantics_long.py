@@ -8,6 +8,8 @@ but kept out of tests/unit so that tier stays under 20 s; the quick tests are in
 
 from __future__ import annotations
 
+import math
+
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,11 +35,14 @@ from tests.unit.test_batch_semantics import (
        max_size=4), st.dictionaries(st.sampled_from(NAMESPACES), st.integers(0, 2), max_size=3),
        st.one_of(st.just({}), st.dictionaries(st.sampled_from([*TOPICS, "persistent://t2/n0/c"]), st.integers(0, 2),
                                               max_size=2)),
-       st.sampled_from([0.5, 1.0, 10.0]), st.lists(_round, min_size=1, max_size=4))
-def test_batch_answers_and_state_equal_one_by_one(groups, tenant_groups, ns_override, topic_override, burst, rounds):
+       st.sampled_from([0.5, 1.0, 10.0]), st.lists(_round, min_size=1, max_size=4),
+       st.sampled_from([math.inf, 0.0, 0.05, 1.0]))
+def test_batch_answers_and_state_equal_one_by_one(groups, tenant_groups, ns_override, topic_override, burst, rounds,
+                                                  lease_left):
     reg = _registry(groups, tenant_groups, ns_override, topic_override)
     clock = FakeClock(1000.0)
     batched, single = _daemon(reg, clock, burst), _daemon(reg, clock, burst)
+    batched.limiter.lease_until = single.limiter.lease_until = clock() + lease_left  # refusing from then on
     for dt, charges, asks in rounds:
         clock.t += dt
         for ns, kind, messages, nbytes in charges:

@@ -56,6 +56,9 @@ def test_a_limiter_split_over_two_processes_decides_and_counts_as_one(steps: lis
             _hand_over(serving, mirror)  # the node sets limits on its own state, counts folded first
             mirror.set_limit(GROUPS[g], kind, m, b, place)
             serving.apply(mirror.take_ops(), GROUPS)
+        elif what == "lease":
+            plain.lease_until = mirror.lease_until = clock.now + s[1]
+            serving.apply(mirror.take_ops(), GROUPS)
         elif what == "collect":
             collect(plain, plain_collected)
             _hand_over(serving, mirror)

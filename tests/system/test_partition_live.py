@@ -7,7 +7,8 @@ the topology is in its docstring and tests/support/netns.py. Two tests read its 
   its brokers, the others kept the broker, the load reached everyone, it went back ready);
 - the issue's criteria: no second above quota + 10 % before, during and after the cut; the
   cut-off daemon not ready and saying why within 5 s; fair shares (each within 10 % of 33.3)
-  again within 3 s of the heal.
+  again within 3 s of the heal;
+- the mechanism behind them: the cut daemon admits nothing from before its peers take its share.
 
 Needs root and iproute2 (CI has both: scripts/system-deps.sh); skipped otherwise, saying which.
 """
@@ -90,3 +91,13 @@ def test_the_issue_criteria_hold_through_the_partition(figures: dict[str, Any]) 
     broker_down = says.get("broker_unresponsive") or says.get("broker_connected") is False
     assert says.get("ready") is False and (why or broker_down), says
     assert fig["fair_after_heal_s"] is not None and fig["fair_after_heal_s"] <= 3.0, fig["fair_after_heal_s"]
+
+
+def test_the_cut_daemon_stops_admitting_before_a_peer_takes_its_share(figures: dict[str, Any]) -> None:
+    """The lease (P4), live: the cut-off daemon's limiter refuses from its lease's end on its own
+    clock, though its node recomputes only at its next tick while the broker is gone (a react
+    waits for the broker); its peers evict it and take its share only after that."""
+    fig = figures
+    stopped, took = fig["cut_admitted_until_s"], fig["peers_took_share_after_s"]
+    assert stopped is not None and took is not None, (stopped, took)
+    assert stopped < took, (stopped, took)

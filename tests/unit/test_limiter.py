@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from rgd.api.requests import Ask
 from rgd.config.groups import ResourceGroup
 from rgd.limiting.limiter import (
     BURST_FLOOR_MAX_SECONDS,
@@ -179,6 +180,33 @@ def test_limiter_caps_retry_after_at_the_recompute_time() -> None:
     assert lim.acquire(g, "publish", 2, 0, "t/ns").retry_after_s == 1.0  # uncapped: 2 tokens at 2/s
     lim.recompute_at = clock() + 0.3
     assert lim.acquire(g, "publish", 2, 0, "t/ns").retry_after_s == 0.3
+
+
+def test_past_the_lease_nothing_limited_is_admitted_until_the_node_moves_it() -> None:
+    """From `lease_until` on the limiter refuses on its own clock, as the closed limits the
+    node sets at its next recompute would (rate 0 where limited), and takes nothing: a later
+    lease lets the same limits admit again."""
+    clock = FakeClock(0.0)
+    lim = Limiter(clock, burst_seconds=1.0)
+    g = ResourceGroup("g", publish_msgs=100, publish_bytes=-1)
+    open_group = ResourceGroup("open")  # nothing limited
+    lim.set_limit(g, "publish", 50.0, math.inf)
+    lim.recompute_at = 0.6
+    lim.lease_until = 0.5
+    assert lim.acquire(g, "publish", 1, 10, "t/ns").allowed
+    clock.t = 0.5
+    refused = lim.acquire(g, "publish", 1, 10, "t/ns")
+    assert not refused.allowed and refused.reason == REASON_MESSAGES
+    assert refused.retry_after_s == pytest.approx(0.1)  # the next recompute, as for a limit of 0
+    assert refused.remaining_messages == 50.0  # refilled to the brim, nothing taken
+    assert lim.limit_in_force(g, "publish") == (50.0, math.inf)  # the node's to change
+    assert lim.acquire(g, "publish", 0, 10, "t/ns").allowed  # nothing limited asked for
+    assert lim.acquire(open_group, "publish", 5, 10, "t/ns").allowed
+    batch = lim.acquire_batch(g, "publish", [Ask("t/ns", "publish", 1, 10)] * 3, clock())
+    assert batch.admitted == 0 and not any(d.allowed for d in batch.rest)
+    assert lim.states[("g", "publish")].tick.throttled_messages == 4
+    lim.lease_until = 1.5  # the node recomputed under a lease that holds
+    assert lim.acquire(g, "publish", 1, 10, "t/ns").allowed
 
 
 def test_bucket_seconds_floor_in_messages_and_its_cap() -> None:

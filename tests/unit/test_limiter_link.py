@@ -57,6 +57,7 @@ step = st.one_of(
               st.floats(0.0, 80.0), st.sampled_from([INF, 5000.0, 40_000.0]),
               st.sampled_from([None, Place(1, 0.0, 1.0, 0, 0.0, 1.0, 0), Place(3, 0.0, 1.0, 1, 0.0, 1.0, 0),
                                Place(3, 0.8, 2.0, 2, 1.3, 1.9, 1)])),
+    st.tuples(st.just("lease"), st.sampled_from([0.0, 0.2, 1.0, INF])),  # the node's lease ends this much later
     st.tuples(st.just("collect"),),
     st.tuples(st.just("hand_over"),),
 )
@@ -144,6 +145,20 @@ def test_operations_for_groups_the_serving_side_does_not_know_are_skipped_and_un
     assert serving.states == {}
     with pytest.raises(ValueError, match="unknown operation 'bogus'"):
         serving.apply([("bogus",)], GROUPS)
+
+
+def test_the_serving_side_refuses_from_the_lease_end_the_node_set_without_hearing_more() -> None:
+    clock = Clock()
+    serving, mirror = _pair(clock)
+    mirror.set_limit(GROUPS["a"], "publish", 40.0, INF)
+    mirror.lease_until = clock.now + 0.5
+    mirror.lease_until = clock.now + 0.5  # set at every recompute: sent when it moves
+    ops = mirror.take_ops()
+    assert ops[-1] == ("lease_until", clock.now + 0.5) and sum(op[0] == "lease_until" for op in ops) == 1
+    serving.apply(ops, GROUPS)
+    assert serving.acquire(GROUPS["a"], "publish", 1, 10, "t/x").allowed
+    clock.now += 0.5  # the cluster half says nothing more (a stalled loop)
+    assert not serving.acquire(GROUPS["a"], "publish", 1, 10, "t/x").allowed
 
 
 def test_initial_fraction_reads_the_nodes_share_of_a_group_nobody_reported() -> None:

@@ -211,6 +211,7 @@ class Topic:
                       for i in ids}
         self.cut: set[str] = set()
         self.muted: set[str] = set()  # their reports reach themselves only
+        self.stalled: set[str] = set()  # neither tick nor react (their brokers still ask them)
         self.delay = delay
         self.steps = 0
         self.queue: list[tuple[int, str, bytes]] = []
@@ -239,6 +240,8 @@ class Topic:
         self.deliver()
         now = self.clock.now()
         for i, node in self.nodes.items():
+            if i in self.stalled:
+                continue
             node.all_dirty = True  # limits recomputed at every step, as when other groups' reports come in
             if ticking:
                 self.publish(i, node.tick_report(now).parts)
@@ -364,6 +367,38 @@ def test_a_node_its_peers_no_longer_hear_stops_admitting_before_they_take_its_sh
     assert worst[0] <= 100.0 + 1e-6
     assert "c" not in topic.nodes["a"].usage_map.members
     assert topic.limits()["c"] == 0.0 and topic.limits()["a"] == pytest.approx(50.0, abs=1.0)
+
+
+def test_a_node_cut_off_whose_recomputes_stall_stops_admitting_at_its_leases_end() -> None:
+    """The node closes its limits when it recomputes past its lease; a daemon whose react
+    waits for a broker that does not answer recomputes a tick later, or never. Its limiter
+    stops admitting at the lease's end on its own clock: before its peers evict it."""
+    topic = started(["a", "b", "c"])
+    topic.run(3.0, {"a": 60, "b": 60, "c": 60})
+    node = topic.nodes["c"]
+    lease_end = node.lease_end() + REACT  # the lease proper: the node itself stops a react interval early
+    topic.cut.add("c")
+    topic.stalled.add("c")
+    admitted_after: list[float] = []
+    evicted_at: list[float] = []
+
+    def check() -> None:
+        now = topic.clock.now()
+        if "c" not in topic.nodes["a"].usage_map.members and not evicted_at:
+            evicted_at.append(now)
+
+    for _ in range(80):  # 8 s, a react interval at a time; c's brokers ask every step
+        topic.clock.t = round(topic.clock.t + REACT, 9)
+        if topic.ask("c", 6) and topic.clock.now() >= lease_end:
+            admitted_after.append(topic.clock.now())
+        for who in ("a", "b"):
+            topic.ask(who, 6)
+        ticking = abs(topic.clock.t / TICK - round(topic.clock.t / TICK)) < 1e-9
+        topic.step(ticking)
+        check()
+    assert node.limiter.limit_in_force(QUOTA, "publish")[0] > 0  # never recomputed: the share is still set
+    assert admitted_after == []
+    assert evicted_at and evicted_at[0] > lease_end
 
 
 def test_a_healed_node_takes_its_share_again_once_its_peers_acknowledge_it() -> None:

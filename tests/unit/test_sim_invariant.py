@@ -121,3 +121,19 @@ def test_a_crashed_daemon_grants_nothing_and_a_quota_cut_is_judged_at_once() -> 
     chk.check(3.0, d, {"g": cut}, _quiet)  # 100 <= 110
     [v] = chk.finish()
     assert (v.start, v.end, v.checks, v.total, v.quota) == (1.0, 2.0, 2, 180.0, 100.0)
+
+
+def test_a_daemon_past_its_lease_grants_nothing_whatever_limit_it_still_holds() -> None:
+    """Its limiter refuses every limited ask from `lease_until` on, before its node recomputes."""
+    g = _group(publishRateInMsgs=100)
+    groups = {"g": g}
+    d = _daemons("a", "b", "c")
+    chk = InvariantChecker()
+    _set(d, g, a=(33, INF), b=(33, INF), c=(33, INF))
+    d["c"].limiter.lease_until = 2.0
+    chk.check(0.0, d, groups, _quiet)
+    _set(d, g, a=(50, INF), b=(50, INF))  # its peers took its share: 133 while its lease lasts
+    chk.check(1.0, d, groups, _quiet)
+    chk.check(2.0, d, groups, _quiet)  # nothing moved but the clock: c's lease is over, 100
+    chk.check(3.0, d, groups, _quiet)
+    assert [(v.start, v.end, v.total) for v in chk.finish()] == [(1.0, 1.0, 133.0)]
