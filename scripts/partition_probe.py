@@ -1,6 +1,7 @@
 """Probe: one of 3 daemons loses the broker for a while; its brokers keep asking it.
 
     sudo .venv/bin/python scripts/partition_probe.py [--before 10] [--cut 20] [--after 10] [--out figures.json]
+        [--daemon-arg=--cluster-process]
 
 The topology (tests/support/netns.py; needs root and iproute2):
 
@@ -135,7 +136,7 @@ def analyse(fig: Figures, counts: dict[str, dict[int, int]], t0: float, t_end: f
 
 
 def run_probe(quota: float, offered: float, before: float, cut_for: float, after: float, tick: float,
-              command: str) -> Figures:
+              command: str, daemon_args: list[str] | None = None) -> Figures:
     work = Path(tempfile.mkdtemp(prefix="rgd-partition-"))
     config = write_groups(work / "groups.yaml", int(quota))
     topic = f"non-persistent://public/default/usage-{uuid.uuid4().hex[:8]}"
@@ -148,7 +149,8 @@ def run_probe(quota: float, offered: float, before: float, cut_for: float, after
                 inside = name == CUT
                 d = DaemonProcess(
                     name, ["--pulsar-url", broker.url, "--config", str(config), "--topic", topic,
-                           "--tick", str(tick), "--log-dir", str(work / "logs" / name), "--data-dir", str(work)],
+                           "--tick", str(tick), "--log-dir", str(work / "logs" / name), "--data-dir", str(work),
+                           *(daemon_args or [])],
                     log_path=work / f"{name}.out",
                     host=ns.pairs[1].ns_addr if inside else "127.0.0.1",
                     wrap=ns.exec_prefix() if inside else [],
@@ -217,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after", type=float, default=10.0, help="seconds of load after the heal (default 10)")
     p.add_argument("--tick", type=float, default=1.0)
     p.add_argument("--out", help="also write the figures as JSON here")
+    p.add_argument("--daemon-arg", action="append", default=[],
+                   help="extra `rgd run` flag for every daemon (repeatable; --daemon-arg=--cluster-process)")
     ns = p.parse_args(argv)
     for name in ("quota", "offered", "before", "cut", "after", "tick"):
         value = getattr(ns, name)
@@ -230,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = shlex.join([sys.executable, str(Path(__file__).relative_to(Path.cwd()) if Path(__file__).is_relative_to(
         Path.cwd()) else __file__), *(sys.argv[1:] if argv is None else argv)])
-    fig = run_probe(ns.quota, ns.offered, ns.before, ns.cut, ns.after, ns.tick, command)
+    fig = run_probe(ns.quota, ns.offered, ns.before, ns.cut, ns.after, ns.tick, command, ns.daemon_arg)
     print(report(fig), flush=True)
     if ns.out:
         Path(ns.out).write_text(json.dumps(asdict(fig), indent=2) + "\n")

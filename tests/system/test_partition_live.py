@@ -8,7 +8,8 @@ the topology is in its docstring and tests/support/netns.py. Two tests read its 
 - the issue's criteria: no second above quota + 10 % before, during and after the cut; the
   cut-off daemon not ready and saying why within 5 s; fair shares (each within 10 % of 33.3)
   again within 3 s of the heal;
-- the mechanism behind them: the cut daemon admits nothing from before its peers take its share.
+- the mechanism behind them: the cut daemon admits nothing from before its peers take its share;
+  and the same with `--cluster-process`, where the lease's end crosses the link to the buckets.
 
 Needs root and iproute2 (CI has both: scripts/system-deps.sh); skipped otherwise, saying which.
 """
@@ -35,18 +36,21 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("partition") / "figures.json"
+def _probe(out: Path, *daemon_args: str) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, str(PROBE), "--quota", str(QUOTA), "--offered", str(OFFERED), "--before", str(BEFORE),
-         "--cut", str(CUT), "--after", str(AFTER), "--out", str(out)],
+         "--cut", str(CUT), "--after", str(AFTER), "--out", str(out), *(f"--daemon-arg={a}" for a in daemon_args)],
         capture_output=True, text=True, timeout=240, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     print(proc.stdout)
     doc: dict[str, Any] = json.loads(out.read_text())
     return doc
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _probe(tmp_path_factory.mktemp("partition") / "figures.json")
 
 
 def _phase(fig: dict[str, Any], lo: float, hi: float) -> list[dict[str, float]]:
@@ -97,7 +101,21 @@ def test_the_cut_daemon_stops_admitting_before_a_peer_takes_its_share(figures: d
     """The lease (P4), live: the cut-off daemon's limiter refuses from its lease's end on its own
     clock, though its node recomputes only at its next tick while the broker is gone (a react
     waits for the broker); its peers evict it and take its share only after that."""
-    fig = figures
+    _assert_stopped_before_taken(figures)
+
+
+def _assert_stopped_before_taken(fig: dict[str, Any]) -> None:
     stopped, took = fig["cut_admitted_until_s"], fig["peers_took_share_after_s"]
     assert stopped is not None and took is not None, (stopped, took)
     assert stopped < took, (stopped, took)
+
+
+def test_split_over_two_processes_the_serving_half_stops_at_the_lease_end_the_cluster_half_sent(
+        tmp_path: Path) -> None:
+    """`--cluster-process`: the buckets are in the serving process, the node in the other; the
+    lease's end goes over the link with the limits, and the serving half refuses from it on
+    its own, whatever the cluster half does meanwhile."""
+    fig = _probe(tmp_path / "figures.json", "--cluster-process")
+    for phase in ("before", "during", "after"):
+        assert fig["worst_over_pct"][phase] <= 10.0, (phase, fig["worst_over_pct"])
+    _assert_stopped_before_taken(fig)
