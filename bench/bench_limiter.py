@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from revision_rounds import measure_rounds
+
 CASES = ("admit", "deny", "batch")
 BATCH = 100
 
@@ -65,15 +63,6 @@ def measure(asks: int) -> dict[str, float]:
     return out
 
 
-def _run_tree(tree: Path, asks: int) -> dict[str, float]:
-    """`measure` in a fresh interpreter importing rgd from `tree`."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--inner", "--asks", str(asks)],
-                         check=True, capture_output=True, text=True, env=env, cwd=tree, timeout=600)
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench_limiter", description=__doc__.splitlines()[0])
     p.add_argument("--asks", type=int, default=200_000, help="asks per case and round")
@@ -88,19 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = f"python bench/bench_limiter.py --asks {a.asks} --rounds {a.rounds}"
     print(f"$ {command}" + (f" --baseline {a.baseline}" if a.baseline else ""))
-    with tempfile.TemporaryDirectory(prefix="rgd-bench-limiter-") as tmp:
-        base_tree = None
-        if a.baseline:
-            archive = subprocess.run(["git", "archive", a.baseline, "rgd"], check=True, capture_output=True,
-                                     cwd=REPO).stdout
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            base_tree = Path(tmp)
-        ours: list[dict[str, float]] = []
-        theirs: list[dict[str, float]] = []
-        for _ in range(a.rounds):
-            if base_tree is not None:
-                theirs.append(_run_tree(base_tree, a.asks))
-            ours.append(_run_tree(REPO, a.asks))
+    ours, theirs = measure_rounds(Path(__file__).resolve(), ["--asks", str(a.asks)], a.rounds, a.baseline)
     rows = [("this tree", ours)] + ([(f"baseline {a.baseline}", theirs)] if theirs else [])
     med = {label: {c: statistics.median(r[c] for r in runs) for c in CASES} for label, runs in rows}
     for label, m in med.items():

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from revision_rounds import measure_rounds
+
 EPOCH = 1_767_225_600.0
 TICK = 1.0
 REACT = 0.05
@@ -89,16 +87,6 @@ def measure(groups: int, asks: int, ticks: int) -> dict[str, float]:
     return {"tick_ms": statistics.median(tick_ms), "reacts_ms": statistics.median(react_ms)}
 
 
-def _run_tree(tree: Path, a: argparse.Namespace) -> dict[str, float]:
-    """`measure` in a fresh interpreter importing rgd from `tree`."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--inner", "--groups", str(a.groups),
-                          "--asks", str(a.asks), "--ticks", str(a.ticks)],
-                         check=True, capture_output=True, text=True, env=env, cwd=tree, timeout=600)
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench_own_reports", description=__doc__.splitlines()[0])
     p.add_argument("--groups", type=int, default=5000, help="groups served (two kinds each)")
@@ -116,19 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     command = (f"python bench/bench_own_reports.py --groups {a.groups} --asks {a.asks} --ticks {a.ticks} "
                f"--rounds {a.rounds}")
     print(f"$ {command}" + (f" --baseline {a.baseline}" if a.baseline else ""))
-    with tempfile.TemporaryDirectory(prefix="rgd-bench-own-reports-") as tmp:
-        base_tree = None
-        if a.baseline:
-            archive = subprocess.run(["git", "archive", a.baseline, "rgd"], check=True, capture_output=True,
-                                     cwd=REPO).stdout
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            base_tree = Path(tmp)
-        ours: list[dict[str, float]] = []
-        theirs: list[dict[str, float]] = []
-        for _ in range(a.rounds):
-            if base_tree is not None:
-                theirs.append(_run_tree(base_tree, a))
-            ours.append(_run_tree(REPO, a))
+    inner = ["--groups", str(a.groups), "--asks", str(a.asks), "--ticks", str(a.ticks)]
+    ours, theirs = measure_rounds(Path(__file__).resolve(), inner, a.rounds, a.baseline)
     rows = [("this tree", ours)] + ([(f"baseline {a.baseline}", theirs)] if theirs else [])
     med: dict[str, dict[str, float]] = {}
     for label, runs in rows:
