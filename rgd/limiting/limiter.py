@@ -260,11 +260,11 @@ class Limiter:
         self.counted: set[tuple[str, str]] | None = None
         self.recompute_at = INF  # when limits are next recomputed (caps Retry-After); INF: unknown
         # The clock reading from which nothing of a limited rate is admitted: the end of the
-        # lease the node computed the limits in force under (rgd.cluster.node). The node closes
-        # them when it recomputes past it; until then the limiter refuses on its own clock, so
-        # a late recompute (a stalled loop, a react that waits for the broker) cannot stretch
-        # a share past the lease its peers keep it for. It moves with every recompute; INF: no
-        # lease (unguarded, or limits already closed).
+        # lease the node computed the limits in force under (rgd.cluster.node, which closes them
+        # itself a react interval before it when it recomputes in time). The limiter refuses on
+        # its own clock, so a late recompute (a stalled loop, a react that waits for the broker)
+        # cannot stretch a share past the lease its peers keep it for. It moves with every
+        # recompute; INF: no lease (unguarded, or limits already closed).
         self.lease_until = INF
         self.limit_changes = 0  # set_limit calls that changed a limit (limits move between ticks too)
         self.shadow_all = False  # `rgd run --shadow`: every group in shadow mode (see shadows)
