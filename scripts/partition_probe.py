@@ -101,7 +101,7 @@ def fair_from(seconds: list[dict[str, float]], heal: float, share: float) -> flo
 
 
 def analyse(fig: Figures, counts: dict[str, dict[int, int]], t0: float, t_end: float, cut: float, heal: float,
-            watcher: Watcher, cut_admitted_at: list[float] | None = None) -> None:
+            watcher: Watcher, cut_admitted_at: list[float]) -> None:
     first, last = math.ceil(t0), math.floor(t_end) - 1  # whole seconds only
     limits = watcher.limit_sums(first, last + 1)
     for i, s in enumerate(range(first, last + 1)):
@@ -128,7 +128,7 @@ def analyse(fig: Figures, counts: dict[str, dict[int, int]], t0: float, t_end: f
             break
     fair = fair_from(fig.seconds, heal, fig.quota / len(DAEMONS))
     fig.fair_after_heal_s = None if fair is None else round(fair, 2)
-    during = [t for t in cut_admitted_at or () if cut_wall <= t < heal_wall]
+    during = [t for t in cut_admitted_at if cut_wall <= t < heal_wall]
     fig.cut_admitted_until_s = round(max(during) - cut_wall, 2) if during else None
     took = [t for t, d, limit in watcher.limits
             if d != CUT and cut_wall <= t < heal_wall and limit > (1 + FAIR) * fig.quota / len(DAEMONS)]

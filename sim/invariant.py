@@ -161,7 +161,7 @@ class InvariantChecker:
             lim = node.limiter
             seen = self._seen.get(node_id)
             now_seen = (lim, lim.states_version, lim.limit_changes, lim.lease_until, now < lim.lease_until)
-            if seen == now_seen and seen[0] is lim:
+            if seen == now_seen:  # the same limiter (compared by identity), nothing moved
                 continue
             self._seen[node_id] = now_seen
             self._set_grants(node_id, grants_of(lim, groups, now), dirty)
