@@ -98,7 +98,11 @@ class LimiterCollector(Collector):
         oldest.add_metric([], d.usage_map.oldest_report_age(d.clock()))
         members = GaugeMetricFamily("rgd_cluster_members", "Daemons in the usage map (self included)")
         members.add_metric([], len(d.usage_map.members))
-        yield from (oldest, members)
+        suspect = CounterMetricFamily("rgd_report_entries_suspect",
+                                      "Peers' entries parsed after their report was folded that failed vetting "
+                                      "(counted as busy as the quota allows)")
+        suspect.add_metric([], d.usage_map.late_rejected)
+        yield from (oldest, members, suspect)
         # Reports received and not yet folded: a daemon that reads the topic behind shows it
         # here first (and in memory: the inbox holds up to MAX_INBOX_BYTES), before the
         # inbox_full rejections and the reports lost that follow.

@@ -25,7 +25,15 @@ from typing import Protocol
 
 from rgd.cluster.own_reports import OwnReports
 from rgd.cluster.report_builder import MAX_REPORT_BYTES, bound_report, figures, group_entries, peer_usage, split_points
-from rgd.cluster.report_codec import REPLAY_WINDOW_MS, HmacKeys, Rejected, check_plausible, decode_report, groups_cap
+from rgd.cluster.report_codec import (
+    REPLAY_WINDOW_MS,
+    HmacKeys,
+    Rejected,
+    Unfolded,
+    check_plausible,
+    decode_scoped,
+    groups_cap,
+)
 from rgd.cluster.suppression import SuppressionPolicy, SuppressionState, select_reports
 from rgd.cluster.usage_map import UsageMap, member_tag
 from rgd.config.groups import KINDS, QuotaCeilings, ResourceGroup
@@ -45,7 +53,7 @@ from rgd.quota.model import IDLE, GroupLimits, KindRates, PeerUsage
 from rgd.wire.usage_report_pb2 import GroupUsage, UsageReport
 
 __all__ = [
-    "REJECT_OWN", "Clock", "ClusterNode", "FoldOutcome", "NodeConfig", "TickOutcome", "start_seconds_for",
+    "REJECT_OWN", "Clock", "ClusterNode", "FoldOutcome", "NodeConfig", "TickOutcome", "Vetted", "start_seconds_for",
 ]
 
 REJECT_OWN = "own"  # our own report back from the topic: not an error
@@ -113,6 +121,15 @@ class FoldOutcome:
         return not self.reason
 
 
+@dataclass(frozen=True, slots=True)
+class Vetted:
+    """A message from the topic, decoded and vetted (ClusterNode.vet): the entries of groups
+    we fold, parsed, and the rest held as they came (None: nothing left unparsed)."""
+
+    report: UsageReport
+    unfolded: Unfolded | None = None
+
+
 def _busy(group: ResourceGroup) -> PeerUsage:
     """A member we do not hold in sync: as if it asked for the whole quota of every kind."""
     kinds = {}
@@ -121,6 +138,20 @@ def _busy(group: ResourceGroup) -> PeerUsage:
         m, b = (0.0 if math.isinf(m) else m), (0.0 if math.isinf(b) else b)
         kinds[kind] = KindRates(m, b) if m or b else IDLE
     return PeerUsage(kinds["publish"], kinds["dispatch"], 1, kinds["replication"])
+
+
+def _ceilings(groups: Mapping[str, ResourceGroup], earlier: deque[tuple[float, dict[str, ResourceGroup]]],
+              now: float) -> Mapping[str, ResourceGroup]:
+    """What a peer's report is vetted against: our groups, and for a lease and a round trip after a
+    config change the higher of old and new quotas (`earlier`, whose expired changes go here)."""
+    while earlier and earlier[0][0] <= now:
+        earlier.popleft()
+    return QuotaCeilings(groups, [changed for _, changed in earlier]) if earlier else groups
+
+
+def _suspect(group: ResourceGroup | None) -> PeerUsage:
+    """A peer's entry that failed vetting after its report was folded: as busy as the quota allows."""
+    return _busy(group) if group is not None else PeerUsage()
 
 
 def _closed(group: ResourceGroup) -> GroupLimits:
@@ -225,7 +256,9 @@ class ClusterNode:
         self.started = now
         self.deaf_since = now  # when we last began listening to the topic (our start, or the end of a cut)
         self.usage_map = UsageMap(default_lease=config.lease_seconds,
-                                  replay_window=REPLAY_WINDOW_MS / 1000.0 if keys is not None else None)
+                                  replay_window=REPLAY_WINDOW_MS / 1000.0 if keys is not None else None,
+                                  vet=lambda report: self._check_plausible(report, self.clock.now()),
+                                  suspect=lambda name: _suspect(groups().get(name)))
         self.own = OwnReports()
         self.suppression = SuppressionState[str]()
         self.limiter = limiter_class(clock.now, config.burst_seconds, config.max_debt_seconds,
@@ -319,8 +352,7 @@ class ClusterNode:
         return {*self.usage_map.members, self.node_id}
 
     def awaiting_acks(self) -> bool:
-        """Whether some live member has not yet acknowledged our latest report that asked for it
-        (the daemon then folds an answer as soon as it arrives, not at its next react)."""
+        """Whether a live member has yet to acknowledge our latest report that asked (answers then fold at once)."""
         return self._asked_at > 0 and self._acked() < self._asked_at
 
     def _subscribed_before(self) -> float:
@@ -354,6 +386,7 @@ class ClusterNode:
     # -- limits -----------------------------------------------------------------------------
 
     def _initial_limits(self, group: ResourceGroup, kind: str) -> tuple[float, float]:
+        self.usage_map.fold_group(group.name)  # we serve it from now: peers' entries parsed as they come
         return self.limits_for(group)[kind]
 
     def _call(self, group: ResourceGroup, ctx: _CallContext | None = None) -> CalculatorCall:
@@ -686,9 +719,8 @@ class ClusterNode:
         self.ack_due = False
         states = self.limiter.states
         entries = self._window_entries(now, None, self._measured(now, [k for n in risen for k in _keys_of(n, states)]))
-        for name, gu in entries.items():
-            self.suppression.last_sent[name] = figures(gu)
-            self.suppression.skipped[name] = 0
+        self.suppression.last_sent.update((name, figures(gu)) for name, gu in entries.items())
+        self.suppression.skipped.update((name, 0) for name in entries)
         self._mark(now, risen)
         parts = self._report(now, entries)
         parts[-1].ack_wanted |= bool(renew)
@@ -732,27 +764,26 @@ class ClusterNode:
 
     # -- reports in -------------------------------------------------------------------------
 
-    def vet(self, data: bytes, properties: Mapping[str, str] | None, now: float) -> UsageReport:
+    def vet(self, data: bytes, properties: Mapping[str, str] | None, now: float) -> Vetted:
         """Decode and check one message from the topic (rgd.cluster.report_codec); raises Rejected."""
-        groups = self.groups()
-        report = decode_report(data, self.clock.wall_ms(now), self.node_id, self.incarnation, properties,
-                               self.keys, max_groups=groups_cap(len(groups)))
+        report, unfolded = decode_scoped(data, self.clock.wall_ms(now), self.node_id, self.incarnation,
+                                         self.usage_map.scope(), properties, self.keys, groups_cap(len(self.groups())))
         if report.daemon_id != self.node_id:
-            slack = largest_bucket_seconds(self.config.burst_seconds) + self.config.max_debt_seconds
-            while self._earlier and self._earlier[0][0] <= now:
-                self._earlier.popleft()
-            ceilings = QuotaCeilings(groups, [changed for _, changed in self._earlier]) if self._earlier else groups
-            check_plausible(report, ceilings, slack)
-        return report
+            self._check_plausible(report, now)
+        return Vetted(report, unfolded)
+
+    def _check_plausible(self, report: UsageReport, now: float) -> None:
+        slack = largest_bucket_seconds(self.config.burst_seconds) + self.config.max_debt_seconds
+        check_plausible(report, _ceilings(self.groups(), self._earlier, now), slack)
 
     def receive(self, data: bytes, properties: Mapping[str, str] | None, now: float) -> FoldOutcome:
         try:
-            report = self.vet(data, properties, now)
+            vetted = self.vet(data, properties, now)
         except Rejected as exc:
             return FoldOutcome(None, exc.reason)
-        return self.fold(report, now)
+        return self.fold(vetted.report, now, vetted.unfolded)
 
-    def fold(self, report: UsageReport, now: float) -> FoldOutcome:
+    def fold(self, report: UsageReport, now: float, unfolded: Unfolded | None = None) -> FoldOutcome:
         if report.daemon_id == self.node_id:
             if report.incarnation == self.incarnation:
                 self.heard_at = now
@@ -769,7 +800,7 @@ class ClusterNode:
         acked_before = member.acked_us if member is not None and member.incarnation == report.incarnation else 0
         in_sync_before = member is not None and member.in_sync
         acked_min = self._oldest_held(now)
-        result = self.usage_map.fold(report, now, self.tag)
+        result = self.usage_map.fold(report, now, self.tag, unfolded)
         if not result.accepted:
             return FoldOutcome(report, result.reason)
         self.heard_at = now

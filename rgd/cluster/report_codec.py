@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -344,10 +344,26 @@ def _check_header(report: UsageReport | UsageReportEntries, now_ms: int, self_id
         raise Rejected(REJECT_MALFORMED, f"base {report.base} is after the sequence {report.sequence}")
 
 
-def _pick_indexed(view: UsageReportEntries, scope: FoldScope) -> UsageReport | None:
-    """The entries `scope` folds, parsed and vetted, through the report's index; None when
-    the index cannot be used (missing, of the wrong length, or naming an entry by another
-    name's key): the caller then parses every entry, as for a report without an index."""
+@dataclass(frozen=True, slots=True)
+class Unfolded:
+    """A report's entries its scope left as raw bytes: `entries[positions[i]]` is the entry
+    whose index key is `keys[i]` (entry order). Nothing in them is parsed or vetted; whoever
+    parses one later checks its name against its key and vets its values then
+    (rgd.cluster.usage_map holds them until a group they name is folded)."""
+
+    keys: np.ndarray  # uint64
+    positions: np.ndarray  # intp, ascending
+    entries: Sequence[bytes]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def _pick_indexed(view: UsageReportEntries, scope: FoldScope) -> tuple[UsageReport, Unfolded] | None:
+    """The entries `scope` folds, parsed and vetted, through the report's index, and the rest
+    unparsed; None when the index cannot be used (missing, of the wrong length, or naming an
+    entry by another name's key) or names nothing to skip: the caller then parses every entry,
+    as for a report without an index."""
     raw = view.groups
     index = view.group_keys
     if not raw or len(index) != 8 * len(raw):
@@ -373,13 +389,33 @@ def _pick_indexed(view: UsageReportEntries, scope: FoldScope) -> UsageReport | N
             raise Rejected(REJECT_MALFORMED, f"groups[{i}].group empty or repeated")
         seen.add(name)
         if i not in extras and name not in scope.names:
-            drop.append(j)  # another name with the same 64-bit key: not ours
+            drop.append(j)  # another name with the same 64-bit key: not ours, left unfolded
             continue
         for kind in KINDS:
             _check_kind(getattr(g, kind), f"groups[{i}].{kind}")
+    rest = np.ones(len(raw), dtype=bool)
+    rest[picked] = False
+    rest[[picked[j] for j in drop]] = True
     for j in reversed(drop):
         del groups[j]
-    return _with_header(report, view)
+    positions = np.flatnonzero(rest)
+    return _with_header(report, view), Unfolded(keys[positions], positions, raw)
+
+
+def parse_entry(entry: bytes, tick_ms: int) -> UsageReport:
+    """One raw entry (`Unfolded`), parsed and vetted value by value, as a report of that
+    entry alone over `tick_ms` (what check_plausible reads); raise Rejected."""
+    try:
+        report = UsageReport.FromString(_frame(entry))
+    except DecodeError as exc:
+        raise Rejected(REJECT_MALFORMED, f"not a group entry: {exc}") from None
+    report.tick_ms = tick_ms
+    g = report.groups[0]
+    if not g.group:
+        raise Rejected(REJECT_MALFORMED, "groups[0].group empty")
+    for kind in KINDS:
+        _check_kind(getattr(g, kind), f"groups[{g.group}].{kind}")
+    return report
 
 
 def _with_header(report: UsageReport, view: UsageReportEntries) -> UsageReport:
@@ -426,11 +462,30 @@ def decode_report(
     `scope` (instead of `keep`): the same choice made through the report's index
     (`group_keys`) when it has a usable one: the report is read through a view that leaves each
     entry as raw bytes, the entries whose key `scope` folds are parsed, and each must hash to
-    its key, else every entry is parsed and vetted as with `keep`. A skipped entry is never
-    folded, counted, logged or compared, so a sender lying in its index only withholds that
-    entry, which it could do by not sending it; the HMAC binds the index like the rest. Our
+    its key, else every entry is parsed and vetted as with `keep`. The entries skipped are
+    dropped here (`decode_scoped` returns them). A sender lying in its index only withholds
+    an entry, which it could do by not sending it; the HMAC binds the index like the rest. Our
     own report comes back with its header alone. The raw view is parsed only when its cost is
     bounded (see `_raw_view`), so a flood of tiny entries never costs a parse of all of them."""
+    if scope is not None:
+        keep = scope.keep
+    return _decode(data, now_ms, self_id, self_incarnation, properties, keys, max_groups, keep, scope)[0]
+
+
+def decode_scoped(data: bytes, now_ms: int, self_id: str, self_incarnation: int, scope: FoldScope,
+                  properties: Mapping[str, str] | None = None, keys: HmacKeys | None = None,
+                  max_groups: int | None = None) -> tuple[UsageReport, Unfolded | None]:
+    """As `decode_report` with `scope`, but nothing is dropped: the entries the scope skips
+    come back unparsed (`Unfolded`), and a report whose index cannot be used comes back whole,
+    every entry parsed and vetted. A receiver that holds each peer's whole state (the usage
+    map) parses what it folds now and keeps the rest for when it needs it."""
+    return _decode(data, now_ms, self_id, self_incarnation, properties, keys, max_groups, None, scope)
+
+
+def _decode(data: bytes, now_ms: int, self_id: str, self_incarnation: int, properties: Mapping[str, str] | None,
+            keys: HmacKeys | None, max_groups: int | None, keep: Callable[[set[str]], set[str]] | None,
+            scope: FoldScope | None) -> tuple[UsageReport, Unfolded | None]:
+    """decode_report's and decode_scoped's one body: `keep` applies where the index does not."""
     if len(data) > MAX_REPORT_BYTES:
         raise Rejected(REJECT_OVERSIZED, f"{len(data)} bytes > {MAX_REPORT_BYTES}")
     view = _raw_view(data, max_groups) if scope is not None else None
@@ -445,18 +500,17 @@ def decode_report(
         if view.daemon_id == self_id:
             # Our own report back from the topic (the header check passed: our incarnation).
             # Only its header is read (the echo); its entries are ours and nothing folds them.
-            return _with_header(UsageReport(), view)
+            return _with_header(UsageReport(), view), None
         picked = _pick_indexed(view, scope)
         if picked is not None:
             return picked
-        keep = scope.keep
     report = UsageReport()
     try:
         report.ParseFromString(data)
     except DecodeError as exc:
         raise Rejected(REJECT_MALFORMED, f"not a UsageReport: {exc}") from None
     _check_header(report, now_ms, self_id, self_incarnation)
-    return _vetted_entries(report, keep)
+    return _vetted_entries(report, keep), None
 
 
 def _raw_view(data: bytes, max_groups: int | None) -> UsageReportEntries:
@@ -580,13 +634,16 @@ __all__ = [
     "FoldScope",
     "HmacKeys",
     "Rejected",
+    "Unfolded",
     "check_plausible",
     "count_groups",
     "decode_report",
+    "decode_scoped",
     "group_key",
     "group_key_bytes",
     "groups_cap",
     "index_report",
+    "parse_entry",
     "raw_view_affordable",
     "serialize_report",
 ]

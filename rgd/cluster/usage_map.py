@@ -13,21 +13,43 @@ Fed by reports from the topic, read by the quota calculator. The rules (docs/des
   acknowledge only a state we hold whole. A member whose state we never held whole
   (`in_sync` False) is counted as busy in every group by the node, because it may admit
   anything we do not know of.
+- a peer's report names every group it serves (5 000 at PIP-82's size), of which we serve a
+  few percent. Entries of groups we fold (`folded`: those the node asked for, `fold_group`)
+  are parsed as they arrive; the rest are held as the raw bytes they came in
+  (`Unfolded`, rgd.cluster.report_codec) and parsed when the node first asks for their
+  group. Either way the map holds each member's whole state, so what it acknowledges is
+  what it holds, and a group we start serving has every peer's figures at once.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from rgd.cluster.report_codec import FoldScope, Rejected, Unfolded, group_key, parse_entry
 from rgd.config.groups import KINDS
 from rgd.quota.model import IDLE, INF, KindRates, PeerUsage
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
 
 __all__ = [
-    "EVICT_LEAVING", "EVICT_TTL", "MAX_DEPARTED", "MAX_MEMBERS", "REJECT_MEMBER_LIMIT", "REJECT_REPLAY", "Entry",
-    "FoldResult", "Member", "UsageMap", "entry_usage", "group_rates", "kind_rates", "member_tag",
+    "EVICT_LEAVING",
+    "EVICT_TTL",
+    "MAX_DEPARTED",
+    "MAX_MEMBERS",
+    "REJECT_MEMBER_LIMIT",
+    "REJECT_REPLAY",
+    "Entry",
+    "FoldResult",
+    "Member",
+    "UnparsedEntries",
+    "UsageMap",
+    "entry_usage",
+    "group_rates",
+    "kind_rates",
+    "member_tag",
 ]
 
 EVICT_LEAVING = "leaving"
@@ -45,6 +67,47 @@ def member_tag(daemon_id: str, incarnation: int) -> int:
 
 
 @dataclass(slots=True)
+class UnparsedEntries:
+    """One report's entries held unparsed, sorted by index key; `alive` marks those still
+    the member's latest (a later report naming the key supersedes one, a parse takes it)."""
+
+    keys: np.ndarray  # uint64, ascending
+    positions: np.ndarray  # into `entries`
+    entries: Sequence[bytes]
+    alive: np.ndarray  # bool
+    tick_ms: int
+    updated: float  # receiver's clock, when its report was folded
+
+    @classmethod
+    def of(cls, unfolded: Unfolded, tick_ms: int, now: float) -> UnparsedEntries:
+        order = np.argsort(unfolded.keys, kind="stable")
+        return cls(unfolded.keys[order], unfolded.positions[order], unfolded.entries,
+                   np.ones(len(order), dtype=bool), tick_ms, now)
+
+    def find(self, key: int) -> list[int]:
+        """Indexes of live entries with this key (one, but for a 64-bit collision)."""
+        i = int(np.searchsorted(self.keys, key))
+        out = []
+        while i < len(self.keys) and self.keys[i] == key:
+            if self.alive[i]:
+                out.append(i)
+            i += 1
+        return out
+
+    def compacted(self) -> UnparsedEntries | None:
+        """Fewer than half alive: the live ones copied out, so the rest of the report's bytes
+        can go (None when none is alive)."""
+        live = np.flatnonzero(self.alive)
+        if not len(live):
+            return None
+        if 2 * len(live) >= len(self.keys):
+            return self
+        entries = [self.entries[p] for p in self.positions[live].tolist()]
+        return UnparsedEntries(self.keys[live], np.arange(len(live)), entries, np.ones(len(live), dtype=bool),
+                           self.tick_ms, self.updated)
+
+
+@dataclass(slots=True)
 class Member:
     incarnation: int
     sequence: int  # highest sequence accepted
@@ -55,7 +118,8 @@ class Member:
     acked_us: int = 0  # the highest of our sequences it acknowledged (this incarnation of ours)
     holds_us: bool = False  # its latest report acknowledged us (False after it evicted us)
     joined: float = 0.0
-    groups: set[str] = field(default_factory=set)  # groups it has an entry for here
+    groups: set[str] = field(default_factory=set)  # groups it has a parsed entry for here
+    unparsed: list[UnparsedEntries] = field(default_factory=list)  # its other entries, newest last
 
     @property
     def holds_of_us(self) -> int:
@@ -108,6 +172,9 @@ def entry_usage(g: GroupUsage, tick_s: float, reports: int = 1) -> PeerUsage:
                      kind_rates(g.replication, tick_s) if has("replication") else IDLE)
 
 
+IDLE_USAGE = PeerUsage()
+
+
 @dataclass
 class UsageMap:
     groups: dict[str, dict[str, Entry]] = field(default_factory=dict)
@@ -120,10 +187,49 @@ class UsageMap:
     # huge sequence, and remembering it would lock the real member out.
     departed: dict[str, tuple[int, int, float]] = field(default_factory=dict)
     replay_window: float | None = None
+    # The groups whose entries are parsed as they arrive (see the module's docstring); a group
+    # here has every member's entry parsed, one outside it none.
+    folded: set[str] = field(default_factory=set)
+    # An entry parsed after its report was folded is vetted then, by `vet` (the receiver's
+    # plausibility check, raising Rejected); one that fails counts as `suspect(group)` (as busy
+    # as the quota allows), since its report can no longer be refused whole.
+    vet: Callable[[UsageReport], None] | None = None
+    suspect: Callable[[str], PeerUsage] = lambda _group: IDLE_USAGE
+    late_rejected: int = 0  # entries that failed `vet` when parsed after their report
+    _folded_keys: dict[int, str] = field(default_factory=dict)  # folded groups by index key
+    _scope: FoldScope | None = None
 
-    def fold(self, report: UsageReport, now: float, our_tag: int) -> FoldResult:
+    def scope(self) -> FoldScope:
+        """What a receiver parses of a report as it arrives: the entries of `folded` groups."""
+        if self._scope is None:
+            self._scope = FoldScope(self.folded)
+        return self._scope
+
+    def fold_group(self, name: str) -> bool:
+        """Parse every member's held entry of `name` from now on (the node serves it); whether
+        any member had one."""
+        if name in self.folded:
+            return False
+        key = self._folding(name)
+        found = False
+        for daemon, member in self.members.items():
+            for held in reversed(member.unparsed):
+                if any(self._parse_one(daemon, member, held, i, name) for i in held.find(key)):
+                    found = True
+                    break
+        return found
+
+    def _folding(self, name: str) -> int:
+        self.folded.add(name)
+        key = group_key(name)
+        self._folded_keys[key] = name
+        self._scope = None
+        return key
+
+    def fold(self, report: UsageReport, now: float, our_tag: int, unfolded: Unfolded | None = None) -> FoldResult:
         """Apply one vetted report from a peer, received at `now`. `our_tag`: how the peer's
-        acknowledgements name us (member_tag of our id and incarnation)."""
+        acknowledgements name us (member_tag of our id and incarnation). `unfolded`: the
+        report's entries its decoding left unparsed (rgd.cluster.report_codec.decode_scoped)."""
         sender = report.daemon_id
         admitted = self._admit(report, now)
         if isinstance(admitted, FoldResult):
@@ -149,7 +255,7 @@ class UsageMap:
             if tag == our_tag:
                 member.acked_us = max(seq, member.acked_us)
                 member.holds_us = True
-        changed = self._apply(sender, member, report, now)
+        changed = self._apply(sender, member, report, now, unfolded)
         if report.base <= member.held or report.base == 0:
             member.held = report.sequence
         return FoldResult(True, lost=lost, new_member=new, changed=changed)
@@ -176,21 +282,72 @@ class UsageMap:
             return FoldResult(False, "duplicate")
         return member, report.sequence - member.sequence - 1
 
-    def _apply(self, sender: str, member: Member, report: UsageReport, now: float) -> frozenset[str]:
+    def _apply(self, sender: str, member: Member, report: UsageReport, now: float,
+               unfolded: Unfolded | None) -> frozenset[str]:
         """The report's entries into the map (a whole-state report, base 0, drops every group
-        it does not name: absent there is idle); the groups that changed."""
+        it does not name: absent there is idle); the groups folded that changed. An entry
+        parsed here puts its group among the folded ones; one held unparsed supersedes the
+        member's older entries of its key, and is parsed at once if its group is folded."""
         changed: set[str] = set()
         if report.base == 0:
             named = {g.group for g in report.groups}
             for name in [n for n in member.groups if n not in named]:
                 self._drop(sender, member, name)
                 changed.add(name)
+            member.unparsed = []
         tick_s = max(report.tick_ms, 1) / 1000.0
         for g in report.groups:  # an idle entry is kept: /stats shows every member's last report
             changed.add(g.group)
             self.groups.setdefault(g.group, {})[sender] = Entry(entry_usage(g, tick_s), now)
             member.groups.add(g.group)
+            if g.group not in self.folded:
+                self._folding(g.group)
+        if member.unparsed:
+            newer = [group_key(g.group) for g in report.groups]
+            if unfolded is not None:
+                newer.extend(unfolded.keys.tolist())
+            if newer:
+                keys = np.array(newer, dtype=np.uint64)
+                for held in member.unparsed:
+                    held.alive &= ~np.isin(held.keys, keys)
+        if unfolded is not None and len(unfolded):
+            held = UnparsedEntries.of(unfolded, report.tick_ms, now)
+            member.unparsed.append(held)
+            if self.folded:  # entries of groups folded since the report was decoded
+                scope = self.scope()
+                pos = np.minimum(np.searchsorted(scope.keys, held.keys), len(scope.keys) - 1)
+                for key in np.unique(held.keys[scope.keys[pos] == held.keys]).tolist():
+                    name = self._folded_keys[key]
+                    if any(self._parse_one(sender, member, held, i, name) for i in held.find(key)):
+                        changed.add(name)
+        member.unparsed = [c for h in member.unparsed if (c := h.compacted()) is not None]
         return frozenset(changed)
+
+    def _parse_one(self, daemon: str, member: Member, held: UnparsedEntries, i: int, name: str) -> bool:
+        """Held entry `i`, of group `name`'s key, parsed into the map, and vetted now (see `vet`);
+        False when it names another group (a 64-bit key collision: it stays held). One that does
+        not parse counts as `suspect`: its report can no longer be refused whole."""
+        try:
+            report = parse_entry(held.entries[int(held.positions[i])], held.tick_ms)
+        except Rejected:
+            report = None
+        if report is not None and report.groups[0].group != name:
+            return False
+        held.alive[i] = False
+        usage: PeerUsage | None = None
+        if report is not None and self.vet is not None:
+            try:
+                self.vet(report)
+            except Rejected:
+                report = None
+        if report is None:
+            self.late_rejected += 1
+            usage = self.suspect(name)
+        else:
+            usage = entry_usage(report.groups[0], max(held.tick_ms, 1) / 1000.0)
+        self.groups.setdefault(name, {})[daemon] = Entry(usage, held.updated)
+        member.groups.add(name)
+        return True
 
     def _drop(self, sender: str, member: Member, name: str) -> None:
         entries = self.groups.get(name)
@@ -205,6 +362,7 @@ class UsageMap:
     def evict(self, daemon: str, now: float = 0.0) -> None:
         member = self.members.pop(daemon, None)
         if member is not None:
+            member.unparsed = []
             for name in list(member.groups):
                 self._drop(daemon, member, name)
             if self.replay_window is not None:

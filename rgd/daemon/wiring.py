@@ -28,7 +28,7 @@ from rgd.api.pulsar_metrics import PulsarMetrics
 from rgd.api.sites import HttpListeners
 from rgd.cluster.clock import WallClock
 from rgd.cluster.node import REJECT_OWN, ClusterNode, NodeConfig, start_seconds_for
-from rgd.cluster.report_codec import REJECT_MALFORMED, HmacKeys, Rejected, serialize_report
+from rgd.cluster.report_codec import REJECT_MALFORMED, HmacKeys, Rejected, Unfolded, serialize_report
 from rgd.cluster.suppression import SuppressionPolicy
 from rgd.cluster.usage_map import EVICT_LEAVING, EVICT_TTL, UsageMap
 from rgd.config.file import ConfigDocument, ConfigError
@@ -79,13 +79,14 @@ class _LoopSlice:
 
 @dataclass(frozen=True)
 class Inbound:
-    """A report vetted as it arrived (ClusterNode.vet: only the entries we fold), waiting
-    in the inbox to be folded."""
+    """A report vetted as it arrived (ClusterNode.vet: the entries we fold parsed, the rest
+    held unparsed), waiting in the inbox to be folded."""
 
     report: UsageReport
     raw: bytes  # the message as received, kept only when the usage log keeps receipts' payloads
     size: int  # what it holds, in bytes (MAX_INBOX_BYTES counts this)
     received_at: float  # wall clock, for the usage log's receipt
+    unfolded: Unfolded | None = None  # the entries vetting left unparsed (ClusterNode.vet)
 
 
 class Daemon:
@@ -428,7 +429,7 @@ class Daemon:
             await loop_slice.pause_if_due()
             msg = await session.receive_report()
             try:
-                report = self.node.vet(msg.data, msg.properties, self.clock())
+                vetted = self.node.vet(msg.data, msg.properties, self.clock())
             except Rejected as exc:
                 self.metrics.reports_rejected.labels(exc.reason).inc()
                 continue
@@ -437,7 +438,10 @@ class Daemon:
                 self.metrics.reports_rejected.labels(REJECT_MALFORMED).inc()
                 continue
             raw = msg.data if keep_raw else b""
-            item = Inbound(report, raw, report.ByteSize() + len(raw), time.time())
+            report = vetted.report
+            # Unparsed entries hold the message's bytes until they are parsed or superseded.
+            held = len(msg.data) if vetted.unfolded is not None and not keep_raw else 0
+            item = Inbound(report, raw, report.ByteSize() + len(raw) + held, time.time(), vetted.unfolded)
             del msg  # the message's bytes go now, not when the next one arrives
             while self.inbox.full() or (self.inbox_bytes + item.size > MAX_INBOX_BYTES and not self.inbox.empty()):
                 self.inbox_bytes -= self.inbox.get_nowait().size
@@ -690,7 +694,7 @@ class Daemon:
             waiting -= 1
             item = self.inbox.get_nowait()
             self.inbox_bytes -= item.size
-            folded = self.node.fold(item.report, now)
+            folded = self.node.fold(item.report, now, item.unfolded)
             if folded.reason == REJECT_OWN:
                 assert folded.report is not None
                 self.liveness.echoed(folded.report.sequence, now)
@@ -744,6 +748,7 @@ class Daemon:
             for m, b in [self.limiter.limit_in_force(budget, kind)]
         }
         daemons: dict[str, Any] = {}
+        self.usage_map.fold_group(budget.name)  # peers' entries of a group we do not serve are held unparsed
         for daemon_id, entry in self.usage_map.groups.get(budget.name, {}).items():
             doc: dict[str, Any] = {"report_age_seconds": round(now - entry.updated, 3)}
             for kind in kinds:

@@ -528,7 +528,29 @@ def test_a_group_configured_after_a_peer_reported_it_has_the_peers_figures_at_on
     assert node.receive(sent(report("b", 2, 1, {"g": 45.0}), clock), None, 0.0).accepted  # x7 unchanged
     groups["x7"] = ResourceGroup("x7", publish_msgs=50.0)
     node.apply_config()
+    node.usage_map.fold_group("x7")  # as the node does when it first computes a limit of x7
     assert node.usage_map.groups["x7"]["b"].usage.publish.admitted_messages == 20.0
+
+
+def test_a_group_a_node_starts_serving_has_its_peers_figures_at_once() -> None:
+    """A peer's entries of groups we do not serve are held unparsed (most of a report at
+    PIP-82's size); the first ask of such a group parses them, so our first limit there
+    leaves the busy peer its share. Dropped instead, the peer would read idle in it until it
+    named the group again (peers report only what changed)."""
+    clock = FakeClock(0.0)
+    x7 = ResourceGroup("x7", publish_msgs=100.0)
+    topic = Topic(clock, ["a", "b"], {"g": QUOTA, "x7": x7})
+    a, b = topic.nodes["a"], topic.nodes["b"]
+    for _ in range(int(round(6.0 / REACT))):
+        clock.t = round(clock.t + REACT, 9)
+        for _ in range(8):  # 80 a second, on a quota of 100
+            b.limiter.acquire(x7, "publish", 1, 100, "t/ns")
+        topic.step(abs(clock.t / TICK - round(clock.t / TICK)) < 1e-9)
+    assert "x7" not in a.usage_map.folded and any(len(h.keys) for h in a.usage_map.members["b"].unparsed)
+    assert a.limiter.acquire(x7, "publish", 1, 100, "t/ns").allowed
+    assert a.usage_map.groups["x7"]["b"].usage.publish.demand_messages == pytest.approx(80, rel=0.15)
+    ours = a.limiter.limit_in_force(x7, "publish")[0]
+    assert ours <= 100 - 60  # b keeps at least the 60 of its 80 that it was using
 
 
 # -- the clock ------------------------------------------------------------------------------------

@@ -92,6 +92,7 @@ def test_a_node_splits_its_tick_report_and_numbers_the_parts_in_order(monkeypatc
     for p in parts:
         receipt = b.receive(serialize_report(p), None, clock.t)
         assert receipt.accepted and receipt.lost == 0
+    assert not any(b.usage_map.fold_group(name) is False for name in GROUPS)  # b serves none: held till now
     assert all("a" in b.usage_map.groups[name] for name in GROUPS)
     # The next report follows the last part: no gap for a peer to count as lost.
     for name, group in GROUPS.items():
