@@ -302,6 +302,14 @@ class UsageMap:
             member.groups.add(g.group)
             if g.group not in self.folded:
                 self._folding(g.group)
+        changed |= self._hold(sender, member, report, now, unfolded)
+        return frozenset(changed)
+
+    def _hold(self, sender: str, member: Member, report: UsageReport, now: float,
+              unfolded: Unfolded | None) -> set[str]:
+        """The report's unparsed entries kept, the member's older ones of the same keys no longer
+        its latest; those of groups folded since the report was decoded parsed now (their names)."""
+        changed: set[str] = set()
         if member.unparsed:
             newer = [group_key(g.group) for g in report.groups]
             if unfolded is not None:
@@ -313,7 +321,7 @@ class UsageMap:
         if unfolded is not None and len(unfolded):
             held = UnparsedEntries.of(unfolded, report.tick_ms, now)
             member.unparsed.append(held)
-            if self.folded:  # entries of groups folded since the report was decoded
+            if self.folded:
                 scope = self.scope()
                 pos = np.minimum(np.searchsorted(scope.keys, held.keys), len(scope.keys) - 1)
                 for key in np.unique(held.keys[scope.keys[pos] == held.keys]).tolist():
@@ -321,7 +329,7 @@ class UsageMap:
                     if any(self._parse_one(sender, member, held, i, name) for i in held.find(key)):
                         changed.add(name)
         member.unparsed = [c for h in member.unparsed if (c := h.compacted()) is not None]
-        return frozenset(changed)
+        return changed
 
     def _parse_one(self, daemon: str, member: Member, held: UnparsedEntries, i: int, name: str) -> bool:
         """Held entry `i`, of group `name`'s key, parsed into the map, and vetted now (see `vet`);
