@@ -12,7 +12,8 @@ A peer's report names every group the peer serves (5 000 at PIP-82's scale), of 
 daemon folds a few percent. So senders index their entries (`group_keys`: a 64-bit hash
 of each entry's name, in entry order; `index_report`), and a receiver given a
 `FoldScope` reads the report through a decode-only view that leaves every entry as raw
-bytes, picks the entries whose key it folds, and parses only those (`decode_report`).
+bytes, picks the entries whose key it folds, and parses only those (`decode_report`
+drops the rest; `decode_scoped` returns them unparsed, for the usage map to hold).
 
 The HMAC covers the whole report, so a signed report is bound to its sender
 (daemon_id), its incarnation, its sequence and its publish time; what stops a

@@ -57,7 +57,12 @@ async def test_peers_hold_every_entry_of_a_daemon_whose_reports_are_split(make_d
     asks = [{"namespace": f"t-{name}/ns", "messages": 1} for name in GROUPS]
     async with http.post(base_url(a) + "/v1/acquire", json={"requests": asks}) as r:
         assert r.status == 200
-    await wait_for(lambda: all("a" in b.usage_map.groups.get(name, {}) for name in GROUPS), 10)
+
+    def b_holds(name: str) -> bool:
+        b.usage_map.fold_group(name)  # b serves none of them: a's entries are held unparsed till asked about
+        return "a" in b.usage_map.groups.get(name, {})
+
+    await wait_for(lambda: all(b_holds(name) for name in GROUPS), 10)
     ticks = a.ticks
     step = 0
     while a.ticks < ticks + 5:  # demand rising on both: early reports, and answers to the other's
