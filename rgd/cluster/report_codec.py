@@ -286,15 +286,19 @@ class FoldScope:
                 chosen.update(by_key[k])
         return chosen
 
+    def named(self, keys: np.ndarray) -> np.ndarray:
+        """Which of `keys` (uint64) are the key of one of `names`, as a mask."""
+        if not len(self.keys):
+            return np.zeros(len(keys), dtype=bool)
+        pos = np.searchsorted(self.keys, keys)
+        np.minimum(pos, len(self.keys) - 1, out=pos)
+        wanted: np.ndarray = self.keys[pos] == keys
+        return wanted
+
     def select(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """By an index (uint64 keys in entry order): the positions whose key is one of
         `names`' (ascending), and the positions of the others this scope grants (ascending)."""
-        if len(self.keys):
-            pos = np.searchsorted(self.keys, keys)
-            np.minimum(pos, len(self.keys) - 1, out=pos)
-            wanted = self.keys[pos] == keys
-        else:
-            wanted = np.zeros(len(keys), dtype=bool)
+        wanted = self.named(keys)
         extra = np.empty(0, dtype=np.intp)
         if self.room:
             rest = np.flatnonzero(~wanted)

@@ -311,20 +311,18 @@ class UsageMap:
         its latest; those of groups folded since the report was decoded parsed now (their names)."""
         changed: set[str] = set()
         if member.unparsed:
-            newer = [group_key(g.group) for g in report.groups]
+            newer = np.fromiter((group_key(g.group) for g in report.groups), dtype=np.uint64,
+                                count=len(report.groups))
             if unfolded is not None:
-                newer.extend(unfolded.keys.tolist())
-            if newer:
-                keys = np.array(newer, dtype=np.uint64)
+                newer = np.concatenate([newer, unfolded.keys])
+            if len(newer):
                 for held in member.unparsed:
-                    held.alive &= ~np.isin(held.keys, keys)
+                    held.alive &= ~np.isin(held.keys, newer)
         if unfolded is not None and len(unfolded):
             held = UnparsedEntries.of(unfolded, report.tick_ms, now)
             member.unparsed.append(held)
             if self.folded:
-                scope = self.scope()
-                pos = np.minimum(np.searchsorted(scope.keys, held.keys), len(scope.keys) - 1)
-                for key in np.unique(held.keys[scope.keys[pos] == held.keys]).tolist():
+                for key in np.unique(held.keys[self.scope().named(held.keys)]).tolist():
                     name = self._folded_keys[key]
                     if any(self._parse_one(sender, member, held, i, name) for i in held.find(key)):
                         changed.add(name)
@@ -370,7 +368,6 @@ class UsageMap:
     def evict(self, daemon: str, now: float = 0.0) -> None:
         member = self.members.pop(daemon, None)
         if member is not None:
-            member.unparsed = []
             for name in list(member.groups):
                 self._drop(daemon, member, name)
             if self.replay_window is not None:
