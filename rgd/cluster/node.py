@@ -37,7 +37,16 @@ from rgd.cluster.report_codec import (
 from rgd.cluster.suppression import SuppressionPolicy, SuppressionState, select_reports
 from rgd.cluster.usage_map import UsageMap, member_tag
 from rgd.config.groups import KINDS, QuotaCeilings, ResourceGroup
-from rgd.limiting.limiter import Collected, KindState, Limiter, Place, TickCounters, largest_bucket_seconds, rate_of
+from rgd.limiting.limiter import (
+    Collected,
+    KindState,
+    Limiter,
+    Place,
+    TickCounters,
+    largest_bucket_seconds,
+    rate_of,
+    recorded_span,
+)
 from rgd.limiting.token_bucket import DEFAULT_BURST_SECONDS
 from rgd.limiting.window_turns import layout_for, whole_and_fraction
 from rgd.quota.calculator import (
@@ -170,12 +179,28 @@ def _keys_of(name: str, states: Mapping[tuple[str, str], KindState]) -> list[tup
     return [(name, kind) for kind in KINDS if (name, kind) in states]
 
 
-def _rate(totals: tuple[int, ...], mark: tuple[float, tuple[int, ...]], now: float) -> tuple[float, float]:
-    """Demand (messages, bytes) a second since `mark`, from cumulative totals."""
-    at, counted = mark
-    span = max(now - at, MIN_WINDOW)
+def _span(st: KindState, at: float, now: float) -> float:
+    """The length of a bucket's window since `at`: at least what the usage recorded in it
+    covers (rgd.limiting.limiter.recorded_span: a record comes after the fact)."""
+    return max(now - at, recorded_span(st), MIN_WINDOW)
+
+
+def _rate(totals: tuple[int, ...], counted: tuple[int, ...], span: float) -> tuple[float, float]:
+    """Demand (messages, bytes) a second over a window of `span` seconds, from cumulative totals."""
     return ((totals[0] - counted[0] + totals[2] - counted[2]) / span,
             (totals[1] - counted[1] + totals[3] - counted[3]) / span)
+
+
+def _window(st: KindState, totals: tuple[int, ...], mark: tuple[float, tuple[int, ...]],
+            tick_mark: tuple[float, tuple[int, ...]] | None, now: float) -> tuple[tuple[int, ...], float]:
+    """A bucket's window for a report (the counts at its start, its length): since its mark, or
+    since the tick's start (`tick_mark`, at a tick) where that reads higher."""
+    counted, span = mark[1], _span(st, mark[0], now)
+    if tick_mark is not None and tick_mark[0] < mark[0]:
+        whole_tick = _span(st, tick_mark[0], now)
+        if _rate(totals, tick_mark[1], whole_tick) > _rate(totals, counted, span):
+            return tick_mark[1], whole_tick
+    return counted, span
 
 
 def _arrived(st: KindState, counted: tuple[int, ...]) -> int:
@@ -205,19 +230,27 @@ def _per_tick(totals: tuple[int, ...], counted: tuple[int, ...], f: float) -> tu
     """Counts since `counted`, scaled by `f` to one tick and rounded to whole messages (what a
     report carries), a window with any demand reading at least one message (of its mean size,
     admitted or throttled as most of them were): rounded to none, it would read idle."""
-    d = [v - c for v, c in zip(totals, counted, strict=True)]
-    out = [round(x * f) for x in d]
-    if out[0] + out[2] == 0 and d[0] + d[2] > 0:
+    d = (totals[0] - counted[0], totals[1] - counted[1], totals[2] - counted[2], totals[3] - counted[3],
+         totals[4] - counted[4], totals[5] - counted[5])
+    if d[0] + d[2] > 0 and round(d[0] * f) + round(d[2] * f) == 0:
+        one_of = [0, 0, 0, 0]
         i = 0 if d[0] >= d[2] else 2
-        out[0:4] = [0, 0, 0, 0]
-        out[i], out[i + 1] = 1, round(d[i + 1] / d[i])
-    return tuple(out)
+        one_of[i], one_of[i + 1] = 1, round(d[i + 1] / d[i])
+        return (*one_of, round(d[4] * f), round(d[5] * f))
+    return (round(d[0] * f), round(d[1] * f), round(d[2] * f), round(d[3] * f), round(d[4] * f), round(d[5] * f))
+
+
+_NO_DEMAND = (0.0,) * (2 * len(KINDS))
 
 
 def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
+    """Every kind's (messages, bytes) demand, in KINDS order (spelt out: read per group per report)."""
     if usage is None:
-        return (0.0,) * (2 * len(KINDS))
-    return tuple(v for k in KINDS for v in (usage.kind(k).demand_messages, usage.kind(k).demand_bytes))
+        return _NO_DEMAND
+    p, d, r = usage.publish, usage.dispatch, usage.replication
+    return (p.admitted_messages + p.throttled_messages, p.admitted_bytes + p.throttled_bytes,
+            d.admitted_messages + d.throttled_messages, d.admitted_bytes + d.throttled_bytes,
+            r.admitted_messages + r.throttled_messages, r.admitted_bytes + r.throttled_bytes)
 
 
 def _may_lower(after: tuple[float, ...], before: tuple[float, ...], sizes_matter: bool) -> bool:
@@ -284,6 +317,10 @@ class ClusterNode:
         # A key outside it has nothing since its mark, so it cannot have risen: reacts, twenty a
         # tick, read these alone instead of every bucket (10 000 at PIP-82's size).
         self._since_mark: set[tuple[str, str]] = set()
+        # ... of those, the ones whose rise test (_risen) may have changed since it last read them:
+        # counted since, or whose window was too short then. Nothing counted, a window's rate only
+        # falls as it grows, so a key read as not risen stays so until it counts again.
+        self._untested: set[tuple[str, str]] = set()
         self.limiter.take_counted()  # starts the limiter's tracking (it has no state yet)
         self._lease_was_valid = False
         # Round trips (send -> acknowledgement) measured lately: (our clock, seconds).
@@ -391,7 +428,7 @@ class ClusterNode:
 
     def _call(self, group: ResourceGroup, ctx: _CallContext | None = None) -> CalculatorCall:
         ctx = ctx or self._call_context(self.clock.now())
-        view = dict(self.usage_map.group_usage(group.name))
+        view = self.usage_map.group_usage(group.name)  # a new dict: ours to change
         if ctx.out_of_sync:
             busy = _busy(group)
             for d in ctx.out_of_sync:
@@ -532,8 +569,8 @@ class ClusterNode:
         """The buckets among `keys` of groups with a window long enough to measure and none too
         short (_long_enough; a report's entry holds every kind of its group, all since one mark)."""
         keys, states, tick, latest = list(keys), self.limiter.states, self.config.tick_seconds, self.own.latest
-        said = [(k[0], _long_enough(now - (m := self._mark_of(k, now))[0], m[1], states[k], (u := latest(k[0])), k[1],
-                                    self._shortest_window(u), tick)) for k in keys]
+        said = [(k[0], _long_enough(_span(st := states[k], (m := self._mark_of(k, now))[0], now), m[1], st,
+                                    (u := latest(k[0])), k[1], self._shortest_window(u), tick)) for k in keys]
         waiting = {g for g, ok in said if ok is False} - {g for g, ok in said if ok}
         return [k for k in keys if k[0] not in waiting]
 
@@ -548,13 +585,10 @@ class ClusterNode:
         scaled: dict[tuple[str, str], Collected] = {}
         states = self.limiter.states
         for key in keys:
-            at, counted = self._mark_of(key, now)
-            totals = _totals(states[key])
-            tick_mark = self._tick_marks.get(key) if collected is not None else None
-            if (tick_mark is not None and tick_mark[0] < at
-                    and _rate(totals, tick_mark, now) > _rate(totals, (at, counted), now)):
-                at, counted = tick_mark
-            f = tick / max(now - at, MIN_WINDOW)
+            totals = _totals(st := states[key])
+            counted, span = _window(st, totals, self._mark_of(key, now),
+                                    self._tick_marks.get(key) if collected is not None else None, now)
+            f = tick / span
             am, ab, tm, tb, sm, sb = _per_tick(totals, counted, f)
             counters = TickCounters(am, ab, tm, tb, shadow_throttled_messages=sm, shadow_throttled_bytes=sb)
             c = collected.get(key) if collected is not None else None
@@ -582,8 +616,11 @@ class ClusterNode:
         states = self.limiter.states
         for name in names:
             for key in _keys_of(name, states):
-                self._marks[key] = (now, _totals(states[key]))
+                st = states[key]
+                self._marks[key] = (now, _totals(st))
+                st.recorded_from = None  # the next window's records cover from the last one before it
                 self._since_mark.discard(key)
+                self._untested.discard(key)
 
     def _report(self, now: float, fresh: Mapping[str, GroupUsage], leaving: bool = False) -> list[UsageReport]:
         """A report of `fresh` entries plus every group changed since the oldest member's
@@ -676,7 +713,7 @@ class ClusterNode:
         tick_s = self.config.tick_seconds
         collected = self.limiter.collect()
         states = self.limiter.states
-        self._since_mark |= self.limiter.take_counted()
+        self._take_counted()
         keys = self._measured(now, states)
         # A group counted nothing since its mark and since our last tick (the collect) reads
         # zero; it has something to say only if its last report said otherwise (suppression's
@@ -732,17 +769,19 @@ class ClusterNode:
         tolerance = self.config.suppression.tolerance
         out = set()
         states = self.limiter.states
-        self._since_mark |= self.limiter.take_counted()
-        for key in list(self._since_mark):
+        self._take_counted()
+        for key in list(self._untested):
             st = states.get(key)
             if st is None:  # forgotten (its group left the config)
                 self._since_mark.discard(key)
+                self._untested.discard(key)
                 continue
             at, counted = self._mark_of(key, now)
-            span = max(now - at, MIN_WINDOW)
+            span = _span(st, at, now)
             latest = self.own.latest(key[0])
             if span < self._shortest_window(latest):
                 continue
+            self._untested.discard(key)
             demand = _arrived(st, counted)
             if demand <= EARLY_MIN_MESSAGES:
                 continue
@@ -751,6 +790,11 @@ class ClusterNode:
             if rate > was * (1 + tolerance) and demand - was * span > EARLY_MIN_MESSAGES:
                 out.add(key[0])
         return sorted(out)
+
+    def _take_counted(self) -> None:
+        counted = self.limiter.take_counted()
+        self._since_mark |= counted
+        self._untested |= counted
 
     def leaving_report(self, now: float) -> UsageReport:
         """Graceful shutdown: peers evict us at once instead of after our lease."""

@@ -233,6 +233,18 @@ def serialize_report(report: UsageReport) -> bytes:
     return index_report(report).SerializeToString()
 
 
+def keys_among(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """Which of `keys` are in `sorted_keys` (ascending), as a mask: `np.isin`, by a binary
+    search of each key (isin sorts both sides again at every call; a receiver asks this of
+    every report it folds, thousands of keys against thousands)."""
+    if not len(sorted_keys):
+        return np.zeros(len(keys), dtype=bool)
+    pos = np.searchsorted(sorted_keys, keys)
+    np.minimum(pos, len(sorted_keys) - 1, out=pos)
+    among: np.ndarray = sorted_keys[pos] == keys
+    return among
+
+
 class FoldScope:
     """Which of a report's entries a daemon folds: those whose group is in `names`, always,
     and up to `room` groups outside it, the first in key order (group_key: a choice that is
@@ -288,12 +300,7 @@ class FoldScope:
 
     def named(self, keys: np.ndarray) -> np.ndarray:
         """Which of `keys` (uint64) are the key of one of `names`, as a mask."""
-        if not len(self.keys):
-            return np.zeros(len(keys), dtype=bool)
-        pos = np.searchsorted(self.keys, keys)
-        np.minimum(pos, len(self.keys) - 1, out=pos)
-        wanted: np.ndarray = self.keys[pos] == keys
-        return wanted
+        return keys_among(keys, self.keys)
 
     def select(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """By an index (uint64 keys in entry order): the positions whose key is one of
@@ -648,6 +655,7 @@ __all__ = [
     "group_key_bytes",
     "groups_cap",
     "index_report",
+    "keys_among",
     "parse_entry",
     "raw_view_affordable",
     "serialize_report",

@@ -24,12 +24,12 @@ Fed by reports from the topic, read by the quota calculator. The rules (docs/des
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rgd.cluster.report_codec import FoldScope, Rejected, Unfolded, group_key, parse_entry
+from rgd.cluster.report_codec import FoldScope, Rejected, Unfolded, group_key, keys_among, parse_entry
 from rgd.config.groups import KINDS
 from rgd.quota.model import IDLE, INF, KindRates, PeerUsage
 from rgd.wire.usage_report_pb2 import GroupUsage, KindUsage, UsageReport
@@ -316,8 +316,9 @@ class UsageMap:
             if unfolded is not None:
                 newer = np.concatenate([newer, unfolded.keys])
             if len(newer):
+                newer.sort()
                 for held in member.unparsed:
-                    held.alive &= ~np.isin(held.keys, newer)
+                    held.alive &= ~keys_among(held.keys, newer)
         if unfolded is not None and len(unfolded):
             held = UnparsedEntries.of(unfolded, report.tick_ms, now)
             member.unparsed.append(held)
@@ -388,7 +389,8 @@ class UsageMap:
         """Members unheard for longer than their lease."""
         return [d for d, m in self.members.items() if now - m.last_seen > m.lease]
 
-    def group_usage(self, group: str) -> Mapping[str, PeerUsage]:
+    def group_usage(self, group: str) -> dict[str, PeerUsage]:
+        """Every member's entry of `group` (a new dict each call: the caller may change it)."""
         return {d: e.usage for d, e in self.groups.get(group, {}).items()}
 
     def oldest_report_age(self, now: float) -> float:

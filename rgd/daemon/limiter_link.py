@@ -66,6 +66,10 @@ class KindCounts(NamedTuple):
     shadow_messages: int
     shadow_bytes: int
     shadow_events: dict[str, int] | None
+    # usage recorded after the fact (None: none this hand-over): the time its records cover,
+    # from the record before the first of them to the last (rgd.limiting.limiter.recorded_span)
+    recorded_from: float | None
+    last_recorded: float | None
 
 
 # Operations the cluster process sends the serving one, in order:
@@ -148,8 +152,9 @@ class ServingLimiter(Limiter):
                 st.topics = None
             denied = _since_sent(self._sent_throttled, key, st.throttled_events)
             shadow_denied = _since_sent(self._sent_shadow, key, st.shadow_events)
+            recorded_from, st.recorded_from = st.recorded_from, None  # this hand-over's records, as sent
             append((key[0], key[1], *counted, events, denied, namespaces, topics,  # type: ignore[arg-type]
-                    *shadowed, shadow_denied))
+                    *shadowed, shadow_denied, recorded_from, st.last_recorded if recorded_from is not None else None))
         return out
 
     @property
@@ -261,7 +266,7 @@ class MirrorLimiter(Limiter):
         """Fold the serving process's counts in, as if its asks had been made here; counts
         of a group no longer configured are dropped, as its buckets are."""
         for (name, kind, adm_m, adm_b, thr_m, thr_b, events, denied, namespaces, topics,
-             shadow_m, shadow_b, shadow_denied) in counts:
+             shadow_m, shadow_b, shadow_denied, recorded_from, last_recorded) in counts:
             group = groups.get(name)
             if group is None:
                 continue
@@ -292,6 +297,10 @@ class MirrorLimiter(Limiter):
                 st.namespaces.update(namespaces)
             if topics:
                 add_topics(st, topics)
+            if recorded_from is not None:  # the records since the node's mark begin at the first hand-over's
+                if st.recorded_from is None:
+                    st.recorded_from = recorded_from
+                st.last_recorded = last_recorded
 
 
 def _since_sent(sent_by_key: dict[tuple[str, str], dict[str, int]], key: tuple[str, str],

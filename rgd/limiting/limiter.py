@@ -211,10 +211,28 @@ class KindState:
     shadow_events: dict[str, int] | None = None
     total_shadow_throttled_messages: int = 0
     total_shadow_throttled_bytes: int = 0
+    # Usage recorded after the fact (`record_usage`): when the latest record came, and where the
+    # time covered by the records since the node last marked the bucket begins (None: none since).
+    last_recorded: float | None = None
+    recorded_from: float | None = None
 
     @property
     def limit(self) -> tuple[float, float]:
         return self.messages.rate, self.bytes.rate
+
+
+def recorded_span(st: KindState) -> float:
+    """How long the usage recorded since the bucket's mark took to happen (0: none recorded).
+
+    Why: an ask is counted when it happens, a record after the fact (dispatch, /v1/usage), and
+    a broker records what it did since its previous record. So each record covers the time
+    since the one before it (the first, since the bucket's birth), and a window holding records
+    is at least as long as what they cover: a second's usage recorded at once and measured over
+    the fifth of a tick since the mark would read as five times its rate, a rise that is not
+    one (rgd.cluster.node measures every window so, `_span`)."""
+    if st.recorded_from is None or st.last_recorded is None:
+        return 0.0
+    return st.last_recorded - st.recorded_from
 
 
 # (group, kind) -> (messages/s, bytes/s) a new state starts with.
@@ -535,6 +553,7 @@ class Limiter:
             self.counted.add((group.name, kind))
         st.messages.charge(messages, now)
         st.bytes.charge(nbytes, now)
+        note_record(st, now)
         st.tick.admitted_messages += messages
         st.tick.admitted_bytes += nbytes
         st.total_admitted_messages += messages
@@ -560,6 +579,13 @@ class Limiter:
         if self.on_collect is not None:
             self.on_collect(out)
         return out
+
+
+def note_record(st: KindState, now: float) -> None:
+    """A record of usage came at `now` (see `recorded_span`)."""
+    if st.recorded_from is None:
+        st.recorded_from = st.born if st.last_recorded is None else st.last_recorded
+    st.last_recorded = now
 
 
 def _shadow_admit(st: KindState, messages: int, nbytes: int, reason: str) -> None:

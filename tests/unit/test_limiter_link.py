@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from rgd.config.groups import ResourceGroup
 from rgd.daemon.limiter_link import KindCounts, MirrorLimiter, ServingLimiter, initial_fraction
-from rgd.limiting.limiter import Place, full_quota
+from rgd.limiting.limiter import Limiter, Place, full_quota, recorded_span
 from rgd.limiting.token_bucket import INF
 
 GROUPS = {
@@ -97,6 +97,32 @@ def test_counts_handed_over_a_slice_at_a_time_lose_nothing() -> None:
     assert set().union(*(c.namespaces for c in collected.values())) == {f"t/{i}" for i in range(7)}
 
 
+def test_the_time_recorded_usage_covers_reaches_the_mirror_as_one_limiter_has_it() -> None:
+    """Records handed over in several slices: the mirror's bucket covers from the record before
+    the first of them to the last, as a plain limiter's does (rgd.limiting.limiter.recorded_span),
+    and from the node's mark on, the next records' span begins at the last one before it."""
+    clock = Clock()
+    serving, mirror = _pair(clock)
+    plain = Limiter(clock, 0.1, 10.0, start_seconds=0.05)
+    for limiter in (serving, plain):
+        limiter.record_usage(GROUPS["b"], "dispatch", 5, 50, "t/x")  # born now: covers nothing
+    _hand_over(serving, mirror)
+    for at, n in [(100.4, 3), (101.0, 2), (101.9, 4)]:
+        clock.now = at
+        for limiter in (serving, plain):
+            limiter.record_usage(GROUPS["b"], "dispatch", n, 10 * n, "t/x")
+        _hand_over(serving, mirror)
+    key = ("b", "dispatch")
+    assert recorded_span(mirror.states[key]) == recorded_span(plain.states[key]) == pytest.approx(1.9)
+    for limiter in (mirror, plain):  # the node marks the bucket (rgd.cluster.node)
+        limiter.states[key].recorded_from = None
+    clock.now = 102.5
+    for limiter in (serving, plain):
+        limiter.record_usage(GROUPS["b"], "dispatch", 1, 10, "t/x")
+    _hand_over(serving, mirror)
+    assert recorded_span(mirror.states[key]) == recorded_span(plain.states[key]) == pytest.approx(0.6)
+
+
 def test_a_new_bucket_starts_with_the_initial_fraction_until_the_node_sets_its_limit() -> None:
     clock = Clock()
     serving = ServingLimiter(clock, 0.1, 10.0)
@@ -133,7 +159,7 @@ def test_the_mirror_sends_a_limit_only_when_it_changes_and_drops_counts_of_delet
     mirror.take_ops()
     mirror.set_limit(GROUPS["a"], "publish", 10.0, 100.0)
     assert mirror.take_ops() == []
-    mirror.absorb([KindCounts("gone", "publish", 5, 5, 0, 0, 1, None, ("t/x",), None, 0, 0, None)], GROUPS)
+    mirror.absorb([KindCounts("gone", "publish", 5, 5, 0, 0, 1, None, ("t/x",), None, 0, 0, None, None, None)], GROUPS)
     assert ("gone", "publish") not in mirror.states
     mirror.forget("a")
     assert mirror.take_ops() == [("forget", "a")]

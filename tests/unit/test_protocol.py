@@ -477,6 +477,43 @@ def test_a_tick_after_an_early_report_of_a_burst_reports_the_whole_ticks_demand(
     assert figures == [40, 40, 40]
 
 
+def test_usage_recorded_once_a_tick_reads_at_its_rate_and_is_no_rise() -> None:
+    """Brokers record dispatched usage after the fact (/v1/usage), often once a second: 40
+    messages recorded at once a fifth of a tick after our tick, then nothing. Measured over
+    the window since the tick (an early report's shortest, a fifth of a tick), they read 200 a
+    second: a rise, reported at once, and peers folded five times our demand. A record covers
+    the time since the one before it, so every figure of ours reads 40, and so does what the
+    peer holds of us at every step."""
+    topic = started(["a", "b"])
+    node = topic.nodes["a"]
+    figures: list[float] = []  # what every report of ours naming g says of its demand
+    held: list[float] = []  # what the peer holds of our demand, at every step
+    for second in range(6):
+        for step in range(10):
+            topic.clock.t = round(topic.clock.t + REACT, 9)
+            now = topic.clock.now()
+            if step == 1:
+                node.limiter.record_usage(QUOTA, "publish", 40, 4000, "t/ns")
+            topic.steps += 1
+            topic.deliver()
+            parts: list[UsageReport] = []
+            for i, n in topic.nodes.items():
+                sent = []
+                if step == 9:
+                    sent += n.tick_report(now).parts
+                    n.upkeep(now)
+                n.recompute_changed(now)
+                sent += n.react(now)
+                topic.publish(i, sent)
+                parts += sent if i == "a" else []
+            if second >= 2:  # the first record covers the time since the group's birth
+                figures += [g.publish.admitted_messages + g.publish.throttled_messages for p in parts
+                            for g in p.groups if g.group == "g" and g.HasField("publish")]
+                held.append(topic.nodes["b"].usage_map.groups["g"]["a"].usage.publish.demand_messages)
+    assert all(f == 40 for f in figures), figures  # a steady figure is suppressed: maybe none
+    assert held and all(h == 40.0 for h in held), held
+
+
 def test_a_rate_under_a_message_a_tick_is_measured_over_several_ticks_not_read_as_idle() -> None:
     """Asks at 0.6 a second, one in each of 3 ticks out of 5. Measured tick by tick, every other
     figure read 0 (idle), or a window of 2 messages in 4 ticks rounded to 0 whole messages a
