@@ -803,8 +803,11 @@ class ClusterNode:
 
     def unsent(self, parts: list[UsageReport]) -> None:
         """These reports never left us (no broker): never sent means never lost."""
+        states = self.limiter.states
         for part in reversed(parts):
             self.own.unsent(part.sequence)
+            # Their groups' rises are measured against our figures before them again.
+            self._untested.update(k for g in part.groups for k in _keys_of(g.group, states) if k in self._since_mark)
 
     # -- reports in -------------------------------------------------------------------------
 

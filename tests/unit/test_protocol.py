@@ -514,6 +514,26 @@ def test_usage_recorded_once_a_tick_reads_at_its_rate_and_is_no_rise() -> None:
     assert held and all(h == 40.0 for h in held), held
 
 
+def test_a_rise_is_measured_against_our_figures_before_a_report_that_never_left() -> None:
+    """A report that never left (no broker) is as if it had not been made, so a group's rise
+    is measured against the figure before it again, though nothing was counted since the rise
+    test last read the group (it reads only what may have changed)."""
+    topic = started(["a"])
+    node = topic.nodes["a"]
+    topic.run(2.0, {"a": 20})
+    assert node.own.latest("g").publish.demand_messages == 20.0
+    t = topic.clock.t
+    topic.ask("a", 100)
+    parts = node.tick_report(round(t + TICK, 9)).parts  # 100 a second, its window's mark now
+    assert node.own.latest("g").publish.demand_messages == 100.0
+    topic.clock.t = round(t + TICK + 0.3, 9)
+    topic.ask("a", 30)
+    assert node._risen(round(t + TICK + 0.5, 9)) == []  # 60 a second is no rise on 100
+    node.unsent(parts)
+    assert node.own.latest("g").publish.demand_messages == 20.0
+    assert node._risen(round(t + TICK + 0.6, 9)) == ["g"]  # 50 a second is one on 20
+
+
 def test_a_rate_under_a_message_a_tick_is_measured_over_several_ticks_not_read_as_idle() -> None:
     """Asks at 0.6 a second, one in each of 3 ticks out of 5. Measured tick by tick, every other
     figure read 0 (idle), or a window of 2 messages in 4 ticks rounded to 0 whole messages a
