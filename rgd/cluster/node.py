@@ -230,27 +230,19 @@ def _per_tick(totals: tuple[int, ...], counted: tuple[int, ...], f: float) -> tu
     """Counts since `counted`, scaled by `f` to one tick and rounded to whole messages (what a
     report carries), a window with any demand reading at least one message (of its mean size,
     admitted or throttled as most of them were): rounded to none, it would read idle."""
-    d = (totals[0] - counted[0], totals[1] - counted[1], totals[2] - counted[2], totals[3] - counted[3],
-         totals[4] - counted[4], totals[5] - counted[5])
-    if d[0] + d[2] > 0 and round(d[0] * f) + round(d[2] * f) == 0:
-        one_of = [0, 0, 0, 0]
+    d = [v - c for v, c in zip(totals, counted, strict=True)]
+    out = [round(x * f) for x in d]
+    if out[0] + out[2] == 0 and d[0] + d[2] > 0:
         i = 0 if d[0] >= d[2] else 2
-        one_of[i], one_of[i + 1] = 1, round(d[i + 1] / d[i])
-        return (*one_of, round(d[4] * f), round(d[5] * f))
-    return (round(d[0] * f), round(d[1] * f), round(d[2] * f), round(d[3] * f), round(d[4] * f), round(d[5] * f))
-
-
-_NO_DEMAND = (0.0,) * (2 * len(KINDS))
+        out[0:4] = [0, 0, 0, 0]
+        out[i], out[i + 1] = 1, round(d[i + 1] / d[i])
+    return tuple(out)
 
 
 def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
-    """Every kind's (messages, bytes) demand, in KINDS order (spelt out: read per group per report)."""
     if usage is None:
-        return _NO_DEMAND
-    p, d, r = usage.publish, usage.dispatch, usage.replication
-    return (p.admitted_messages + p.throttled_messages, p.admitted_bytes + p.throttled_bytes,
-            d.admitted_messages + d.throttled_messages, d.admitted_bytes + d.throttled_bytes,
-            r.admitted_messages + r.throttled_messages, r.admitted_bytes + r.throttled_bytes)
+        return (0.0,) * (2 * len(KINDS))
+    return tuple(v for k in KINDS for v in (usage.kind(k).demand_messages, usage.kind(k).demand_bytes))
 
 
 def _may_lower(after: tuple[float, ...], before: tuple[float, ...], sizes_matter: bool) -> bool:

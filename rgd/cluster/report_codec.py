@@ -298,14 +298,10 @@ class FoldScope:
                 chosen.update(by_key[k])
         return chosen
 
-    def named(self, keys: np.ndarray) -> np.ndarray:
-        """Which of `keys` (uint64) are the key of one of `names`, as a mask."""
-        return keys_among(keys, self.keys)
-
     def select(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """By an index (uint64 keys in entry order): the positions whose key is one of
         `names`' (ascending), and the positions of the others this scope grants (ascending)."""
-        wanted = self.named(keys)
+        wanted = keys_among(keys, self.keys)
         extra = np.empty(0, dtype=np.intp)
         if self.room:
             rest = np.flatnonzero(~wanted)

@@ -323,7 +323,7 @@ class UsageMap:
             held = UnparsedEntries.of(unfolded, report.tick_ms, now)
             member.unparsed.append(held)
             if self.folded:
-                for key in np.unique(held.keys[self.scope().named(held.keys)]).tolist():
+                for key in np.unique(held.keys[keys_among(held.keys, self.scope().keys)]).tolist():
                     name = self._folded_keys[key]
                     if any(self._parse_one(sender, member, held, i, name) for i in held.find(key)):
                         changed.add(name)

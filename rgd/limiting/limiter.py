@@ -553,7 +553,9 @@ class Limiter:
             self.counted.add((group.name, kind))
         st.messages.charge(messages, now)
         st.bytes.charge(nbytes, now)
-        note_record(st, now)
+        if st.recorded_from is None:  # the records since the mark cover from the one before them (recorded_span)
+            st.recorded_from = st.born if st.last_recorded is None else st.last_recorded
+        st.last_recorded = now
         st.tick.admitted_messages += messages
         st.tick.admitted_bytes += nbytes
         st.total_admitted_messages += messages
@@ -579,13 +581,6 @@ class Limiter:
         if self.on_collect is not None:
             self.on_collect(out)
         return out
-
-
-def note_record(st: KindState, now: float) -> None:
-    """A record of usage came at `now` (see `recorded_span`)."""
-    if st.recorded_from is None:
-        st.recorded_from = st.born if st.last_recorded is None else st.last_recorded
-    st.last_recorded = now
 
 
 def _shadow_admit(st: KindState, messages: int, nbytes: int, reason: str) -> None:

@@ -443,11 +443,7 @@ def in_batch(call: CalculatorCall) -> bool:
 def splits_jointly(group: ResourceGroup) -> bool:
     """Whether some kind of the group limits both messages and bytes (strategy `rgd` splits
     it jointly, in dominant shares, and that split is not monotone in message sizes)."""
-    for kind in KINDS:
-        m, b = group.rates(kind)
-        if m > 0 and b > 0:
-            return True
-    return False
+    return any(m > 0 and b > 0 for m, b in (group.rates(kind) for kind in KINDS))
 
 
 def _add_entries(problems: max_min_fair_batch.Segments, call: CalculatorCall, ids: list[str], kind: str,
@@ -457,17 +453,16 @@ def _add_entries(problems: max_min_fair_batch.Segments, call: CalculatorCall, id
     (`as_peers_see_me`: the smaller of our newest entry and `previous`), each figure by
     the same operations in the same order, so the floats are the same."""
     messages = dim == "messages"
-    usage, me, seen = call.usage, call.self_id, call.previous
-    latest = usage.get(me)
+    latest, seen, me = call.usage.get(call.self_id), call.previous, call.self_id
     for d in ids:
         if d != me:
-            k = getattr(usage[d], kind)
+            k = call.usage[d].kind(kind)
             if messages:
                 demand, admitted = k.admitted_messages + k.throttled_messages, k.admitted_messages
             else:
                 demand, admitted = k.admitted_bytes + k.throttled_bytes, k.admitted_bytes
         elif latest is not None and isinstance(seen, PeerUsage):
-            ours, held = getattr(latest, kind), getattr(seen, kind)
+            ours, held = latest.kind(kind), seen.kind(kind)
             if messages:
                 admitted = min(ours.admitted_messages, held.admitted_messages)
                 demand = admitted + (min(ours.demand_messages, held.demand_messages) - admitted)

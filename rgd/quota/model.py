@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rgd.config.groups import KINDS
+
 INF = math.inf
 
 
@@ -83,9 +85,8 @@ def min_kind(a: KindRates, b: KindRates) -> KindRates:
 
 
 def min_usage(a: PeerUsage, b: PeerUsage) -> PeerUsage:
-    """`min_kind` of every kind (KINDS, spelt out: a daemon takes this per group it recomputes)."""
-    return PeerUsage(min_kind(a.publish, b.publish), min_kind(a.dispatch, b.dispatch), max(a.reports, b.reports),
-                     min_kind(a.replication, b.replication))
+    kinds = {k: min_kind(a.kind(k), b.kind(k)) for k in KINDS}
+    return PeerUsage(**kinds, reports=max(a.reports, b.reports))
 
 
 # kind -> (messages/s, bytes/s); INF = unlimited.
