@@ -107,3 +107,17 @@ def test_the_list_is_well_formed():
                 assert step["daemon"] in ("stop", "start") and case.get("daemon", "up") == "up"
         checks = sum(len(s.get("expect") or {}) for s in case["steps"]) + ("requests" in case)
         assert checks > 0, f"{case['name']} checks nothing"
+
+
+def test_a_case_that_counts_the_requests_of_concurrent_asks_gives_them_a_window_a_loaded_machine_keeps():
+    """Concurrent asks share a request only if they all come within one window. The Java runner
+    makes them one after another from one thread, and on a loaded machine (JIT, GC, two cores)
+    that can take longer than the 0.5 ms default, so a case that counts requests after concurrent
+    asks sets a long window or sends its first ask alone."""
+    for case in load_cases()["cases"]:
+        concurrent = [s for s in case["steps"] if s.get("mode") == "concurrent"]
+        if not concurrent or not ({"requests", "client_requests"} & set(case)):
+            continue
+        window = (case.get("client") or {}).get("window_ms")
+        ok = (window is not None and window >= 100) or all(s.get("first_alone") for s in concurrent)
+        assert ok, f"{case['name']}: counts requests of concurrent asks in a window of {window} ms"
