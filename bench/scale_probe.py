@@ -709,6 +709,8 @@ def run_once(ns: argparse.Namespace, label: str, code: Path | None, own: list[in
         "acquire_max_ms": 1000 * max(lat) if lat else float("nan"),
         "ticks": ticks, "tick_mean_ms": (per_tick("rgd_tick_seconds") or 0.0) if ticks else None,
         "react_ms_per_tick": per_tick("rgd_react_seconds") if ticks else None,
+        "reacts_per_tick": (m1.get("rgd_react_seconds_count", 0.0) - m0.get("rgd_react_seconds_count", 0.0))
+        / max(1, ticks) if ticks else None,
         "calc_ms_per_tick": per_tick("rgd_quota_calculation_seconds") if ticks else None,
         "split": split, "cluster_thread": bool(split and not children),
         "serving_link_ms_per_tick": {
@@ -755,6 +757,10 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1f} ms"
 
 
+def _count(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
 def print_result(r: dict) -> None:
     codec = r["published_codec"]
     first = r["report_first_bytes"].get(codec) if r["report_first_bytes"]["none"] else None
@@ -798,7 +804,8 @@ def print_result(r: dict) -> None:
               f"{ASK_TIMEOUT_S:.0f} s, also 30 s after the peers stopped")
     print(f"acquire p50 {r['acquire_p50_ms']:.1f} ms; ticks {r['ticks']}: "
           f"rgd_tick_seconds mean {_ms(r['tick_mean_ms'])}, "
-          f"reacts {_ms(r['react_ms_per_tick'])} per tick, calculator (in ticks and reacts, on or off the loop) "
+          f"reacts {_ms(r['react_ms_per_tick'])} per tick ({_count(r.get('reacts_per_tick'))} of them), "
+          "calculator (in ticks and reacts, on or off the loop) "
           f"{_ms(r['calc_ms_per_tick'])} per tick; /metrics worst {r['metrics_max_s']:.2f} s")
     if r.get("serving_cpu_ms_per_tick") is not None:
         cluster = r.get("cluster_cpu_ms_per_tick")
