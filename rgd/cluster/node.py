@@ -37,16 +37,7 @@ from rgd.cluster.report_codec import (
 from rgd.cluster.suppression import SuppressionPolicy, SuppressionState, select_reports
 from rgd.cluster.usage_map import UsageMap, member_tag
 from rgd.config.groups import KINDS, QuotaCeilings, ResourceGroup
-from rgd.limiting.limiter import (
-    Collected,
-    KindState,
-    Limiter,
-    Place,
-    TickCounters,
-    largest_bucket_seconds,
-    rate_of,
-    recorded_span,
-)
+from rgd.limiting.limiter import Collected, KindState, Limiter, Place, TickCounters, largest_bucket_seconds, rate_of
 from rgd.limiting.token_bucket import DEFAULT_BURST_SECONDS
 from rgd.limiting.window_turns import layout_for, whole_and_fraction
 from rgd.quota.calculator import (
@@ -181,8 +172,8 @@ def _keys_of(name: str, states: Mapping[tuple[str, str], KindState]) -> list[tup
 
 def _span(st: KindState, at: float, now: float) -> float:
     """The length of a bucket's window since `at`: at least what the usage recorded in it
-    covers (rgd.limiting.limiter.recorded_span: a record comes after the fact)."""
-    return max(now - at, recorded_span(st), MIN_WINDOW)
+    covers (KindState.recorded_span: a record comes after the fact)."""
+    return max(now - at, st.recorded_span, MIN_WINDOW)
 
 
 def _rate(totals: tuple[int, ...], counted: tuple[int, ...], span: float) -> tuple[float, float]:

@@ -67,7 +67,7 @@ class KindCounts(NamedTuple):
     shadow_bytes: int
     shadow_events: dict[str, int] | None
     # usage recorded after the fact (None: none this hand-over): the time its records cover,
-    # from the record before the first of them to the last (rgd.limiting.limiter.recorded_span)
+    # from the record before the first of them to the last (rgd.limiting.limiter.KindState.recorded_span)
     recorded_from: float | None
     last_recorded: float | None
 

@@ -220,19 +220,19 @@ class KindState:
     def limit(self) -> tuple[float, float]:
         return self.messages.rate, self.bytes.rate
 
+    @property
+    def recorded_span(self) -> float:
+        """How long the usage recorded since the bucket's mark took to happen (0: none recorded).
 
-def recorded_span(st: KindState) -> float:
-    """How long the usage recorded since the bucket's mark took to happen (0: none recorded).
-
-    Why: an ask is counted when it happens, a record after the fact (dispatch, /v1/usage), and
-    a broker records what it did since its previous record. So each record covers the time
-    since the one before it (the first, since the bucket's birth), and a window holding records
-    is at least as long as what they cover: a second's usage recorded at once and measured over
-    the fifth of a tick since the mark would read as five times its rate, a rise that is not
-    one (rgd.cluster.node measures every window so, `_span`)."""
-    if st.recorded_from is None or st.last_recorded is None:
-        return 0.0
-    return st.last_recorded - st.recorded_from
+        Why: an ask is counted when it happens, a record after the fact (dispatch, /v1/usage), and
+        a broker records what it did since its previous record. So each record covers the time
+        since the one before it (the first, since the bucket's birth), and a window holding records
+        is at least as long as what they cover: a second's usage recorded at once and measured over
+        the fifth of a tick since the mark would read as five times its rate, a rise that is not
+        one (rgd.cluster.node measures every window so, `_span`)."""
+        if self.recorded_from is None or self.last_recorded is None:
+            return 0.0
+        return self.last_recorded - self.recorded_from
 
 
 # (group, kind) -> (messages/s, bytes/s) a new state starts with.
@@ -553,7 +553,7 @@ class Limiter:
             self.counted.add((group.name, kind))
         st.messages.charge(messages, now)
         st.bytes.charge(nbytes, now)
-        if st.recorded_from is None:  # the records since the mark cover from the one before them (recorded_span)
+        if st.recorded_from is None:  # records since the mark cover from the one before them (recorded_span)
             st.recorded_from = st.born if st.last_recorded is None else st.last_recorded
         st.last_recorded = now
         st.tick.admitted_messages += messages

@@ -5,7 +5,7 @@ messages at once leaves nothing between its records. Measured over an early repo
 (a fifth of a tick since the last report), such a record read as five times its rate: a rise,
 reported at once with that figure, so peers held five times the daemon's demand for part of
 every second and gave themselves less. A record covers the time since the one before it
-(rgd.limiting.limiter.recorded_span), so the figures read the rate. The split layout hands
+(rgd.limiting.limiter.KindState.recorded_span), so the figures read the rate. The split layout hands
 that time over with the counts (rgd.daemon.limiter_link), so it is checked too.
 
 Two daemons, one group (quota 300 msg/s, far above the load: nothing is throttled); d1's

@@ -13,7 +13,6 @@ from rgd.limiting.limiter import (
     Limiter,
     bucket_seconds,
     largest_bucket_seconds,
-    recorded_span,
 )
 from tests.support.fake_clock import FakeClock
 
@@ -67,21 +66,21 @@ def test_recorded_usage_covers_the_time_since_the_record_before_it():
     g = ResourceGroup("g", publish_msgs=100)
     lim.acquire(g, "publish", 1, 10, "t/ns")  # born at 10
     st = lim.states[("g", "publish")]
-    assert recorded_span(st) == 0.0
+    assert st.recorded_span == 0.0
     clock.t = 12.5
     lim.record_usage(g, "publish", 40, 400, "t/ns")
-    assert recorded_span(st) == 2.5  # since the birth
+    assert st.recorded_span == 2.5  # since the birth
     clock.t = 13.0
     lim.acquire(g, "publish", 1, 10, "t/ns")
-    assert recorded_span(st) == 2.5
+    assert st.recorded_span == 2.5
     st.recorded_from = None  # the node marked the bucket (a report of its window)
-    assert recorded_span(st) == 0.0
+    assert st.recorded_span == 0.0
     clock.t = 13.5
     lim.record_usage(g, "publish", 40, 400, "t/ns")
-    assert recorded_span(st) == 1.0  # since the record at 12.5, before the mark
+    assert st.recorded_span == 1.0  # since the record at 12.5, before the mark
     clock.t = 13.75
     lim.record_usage(g, "publish", 10, 100, "t/ns")
-    assert recorded_span(st) == 1.25  # both records since the mark: from 12.5 to 13.75
+    assert st.recorded_span == 1.25  # both records since the mark: from 12.5 to 13.75
 
 
 def test_set_limit_at_runtime_keeps_bucket():

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from rgd.config.groups import ResourceGroup
 from rgd.daemon.limiter_link import KindCounts, MirrorLimiter, ServingLimiter, initial_fraction
-from rgd.limiting.limiter import Limiter, Place, full_quota, recorded_span
+from rgd.limiting.limiter import Limiter, Place, full_quota
 from rgd.limiting.token_bucket import INF
 
 GROUPS = {
@@ -99,7 +99,7 @@ def test_counts_handed_over_a_slice_at_a_time_lose_nothing() -> None:
 
 def test_the_time_recorded_usage_covers_reaches_the_mirror_as_one_limiter_has_it() -> None:
     """Records handed over in several slices: the mirror's bucket covers from the record before
-    the first of them to the last, as a plain limiter's does (rgd.limiting.limiter.recorded_span),
+    the first of them to the last, as a plain limiter's does (rgd.limiting.limiter.KindState.recorded_span),
     and from the node's mark on, the next records' span begins at the last one before it."""
     clock = Clock()
     serving, mirror = _pair(clock)
@@ -113,14 +113,14 @@ def test_the_time_recorded_usage_covers_reaches_the_mirror_as_one_limiter_has_it
             limiter.record_usage(GROUPS["b"], "dispatch", n, 10 * n, "t/x")
         _hand_over(serving, mirror)
     key = ("b", "dispatch")
-    assert recorded_span(mirror.states[key]) == recorded_span(plain.states[key]) == pytest.approx(1.9)
+    assert mirror.states[key].recorded_span == plain.states[key].recorded_span == pytest.approx(1.9)
     for limiter in (mirror, plain):  # the node marks the bucket (rgd.cluster.node)
         limiter.states[key].recorded_from = None
     clock.now = 102.5
     for limiter in (serving, plain):
         limiter.record_usage(GROUPS["b"], "dispatch", 1, 10, "t/x")
     _hand_over(serving, mirror)
-    assert recorded_span(mirror.states[key]) == recorded_span(plain.states[key]) == pytest.approx(0.6)
+    assert mirror.states[key].recorded_span == plain.states[key].recorded_span == pytest.approx(0.6)
 
 
 def test_a_new_bucket_starts_with_the_initial_fraction_until_the_node_sets_its_limit() -> None:
