@@ -69,6 +69,10 @@ class OwnReports:
     def as_held(self, group: str, acked: int) -> PeerUsage | None:
         """The smallest of our figures for `group` a peer that acknowledged `acked` may hold:
         the state as of `acked` and every later one (None: some peer may hold us idle)."""
+        history = self.history.get(group)
+        if history is not None and len(history) == 1:  # one state (most groups): itself, if as of `acked`
+            seq, usage = history[0]
+            return usage if seq <= acked else None
         states = self.held_states(group, acked)
         if states is None:
             return None

@@ -29,17 +29,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import NamedTuple
 
 from rgd.config.groups import KINDS, ResourceGroup
 from rgd.config.settings import STRATEGY_NAMES
 from rgd.quota import doorman, max_min_fair, pulsar, static
 from rgd.quota.inputs import DimensionInput, QuotaParams, Strategy
 from rgd.quota.model import GroupLimits, KindRates, PeerUsage, min_usage
-
-if TYPE_CHECKING:
-    from rgd.quota import max_min_fair_batch
 
 INF = math.inf
 DEFAULT_STRATEGY = "rgd"
@@ -416,10 +413,10 @@ def compute_limits(
     return limits
 
 
-@dataclass(frozen=True)
-class CalculatorCall:
+class CalculatorCall(NamedTuple):
     """One call of the quota calculator (`compute_limits`' arguments), copied out of a
-    node's state: nothing in it changes afterwards, so it can be evaluated anywhere."""
+    node's state: nothing in it changes afterwards, so it can be evaluated anywhere. (A
+    named tuple: a recompute builds one per group, a third the cost of a frozen dataclass.)"""
 
     group: ResourceGroup
     usage: Mapping[str, PeerUsage]
@@ -443,36 +440,33 @@ def in_batch(call: CalculatorCall) -> bool:
 def splits_jointly(group: ResourceGroup) -> bool:
     """Whether some kind of the group limits both messages and bytes (strategy `rgd` splits
     it jointly, in dominant shares, and that split is not monotone in message sizes)."""
-    return any(m > 0 and b > 0 for m, b in (group.rates(kind) for kind in KINDS))
+    # The fields read directly: a recompute asks this of every group it computes.
+    return ((group.publish_msgs > 0 and group.publish_bytes > 0)
+            or (group.dispatch_msgs > 0 and group.dispatch_bytes > 0)
+            or (group.replication_msgs > 0 and group.replication_bytes > 0))
 
 
-def _add_entries(problems: max_min_fair_batch.Segments, call: CalculatorCall, ids: list[str], kind: str,
-                 dim: str, granule: float) -> None:
-    """The members with demand in one dimension of `call`'s map, in id order, as
-    `dimension_inputs` would record them: peers' entries as held, ours as peers see it
-    (`as_peers_see_me`: the smaller of our newest entry and `previous`), each figure by
-    the same operations in the same order, so the floats are the same."""
-    messages = dim == "messages"
-    latest, seen, me = call.usage.get(call.self_id), call.previous, call.self_id
+def _entries(call: CalculatorCall, ids: list[str], kind: str) -> list[tuple[float, float, float, float, bool]]:
+    """The members of `call`'s map in one kind, in id order, as `dimension_inputs` would
+    record them: (demand, admitted) in messages, then in bytes, and whether it is us. Peers'
+    entries as held, ours as peers see it (`as_peers_see_me`: the smaller of our newest entry
+    and `previous`), each figure by the same operations in the same order, so the floats are
+    the same. Members with no entry of ours peers hold are left out (a member without demand)."""
+    usage, me, seen = call.usage, call.self_id, call.previous
+    out = []
     for d in ids:
         if d != me:
-            k = call.usage[d].kind(kind)
-            if messages:
-                demand, admitted = k.admitted_messages + k.throttled_messages, k.admitted_messages
-            else:
-                demand, admitted = k.admitted_bytes + k.throttled_bytes, k.admitted_bytes
-        elif latest is not None and isinstance(seen, PeerUsage):
-            ours, held = latest.kind(kind), seen.kind(kind)
-            if messages:
-                admitted = min(ours.admitted_messages, held.admitted_messages)
-                demand = admitted + (min(ours.demand_messages, held.demand_messages) - admitted)
-            else:
-                admitted = min(ours.admitted_bytes, held.admitted_bytes)
-                demand = admitted + (min(ours.demand_bytes, held.demand_bytes) - admitted)
-        else:
-            continue  # peers hold nothing of ours: we are a member without demand
-        if demand > 0:
-            problems.add_entry(demand, admitted, granule if messages else 0.0, d == me)
+            k: KindRates = getattr(usage[d], kind)
+            am, ab = k.admitted_messages, k.admitted_bytes
+            out.append((am + k.throttled_messages, am, ab + k.throttled_bytes, ab, False))
+        elif isinstance(seen, PeerUsage):
+            ours: KindRates = getattr(usage[d], kind)
+            held: KindRates = getattr(seen, kind)
+            am = min(ours.admitted_messages, held.admitted_messages)
+            ab = min(ours.admitted_bytes, held.admitted_bytes)
+            out.append((am + (min(ours.demand_messages, held.demand_messages) - am), am,
+                        ab + (min(ours.demand_bytes, held.demand_bytes) - ab), ab, True))
+    return out
 
 
 def calculate_many(calls: Sequence[CalculatorCall]) -> list[GroupLimits]:
@@ -502,22 +496,24 @@ def calculate_many(calls: Sequence[CalculatorCall]) -> list[GroupLimits]:
         granule = 1.0 / params.counting_window
         for i in indices:
             call = calls[i]
-            members = call.members
+            members, usage, me = call.members, call.usage, call.self_id
             # compute_limits' ids are members, the map's daemons and ourselves: count them
             # without building the set.
-            n = len(members) + sum(1 for d in call.usage if d not in members)
-            if call.self_id not in members and call.self_id not in call.usage:
+            n = len(members) + sum(1 for d in usage if d not in members)
+            if me not in members and me not in usage:
                 n += 1
-            ids = sorted(call.usage)
+            ids = sorted(usage)
             for kind in KINDS:
-                segments = []
-                for dim, rate in zip(("messages", "bytes"), call.group.rates(kind)):
-                    if rate < 0:
-                        segments.append(-1)
-                        continue
-                    segments.append(problems.add(float(rate), n))
-                    _add_entries(problems, call, ids, kind, dim, granule)
-                where.append((i, kind, segments[0], segments[1]))
+                rate_m, rate_b = call.group.rates(kind)
+                if rate_m < 0 and rate_b < 0:
+                    where.append((i, kind, -1, -1))
+                    continue
+                entries = _entries(call, ids, kind)
+                m = -1 if rate_m < 0 else problems.add_segment(
+                    float(rate_m), n, [(e[0], e[1], granule, e[4]) for e in entries if e[0] > 0])
+                b = -1 if rate_b < 0 else problems.add_segment(
+                    float(rate_b), n, [(e[2], e[3], 0.0, e[4]) for e in entries if e[2] > 0])
+                where.append((i, kind, m, b))
         shares = max_min_fair_batch.own_shares(problems, params).tolist()
         for i, kind, m, b in where:
             limits = out[i]

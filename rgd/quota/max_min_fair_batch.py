@@ -26,9 +26,9 @@ from rgd.quota.inputs import INF, QuotaParams
 
 @dataclass
 class Segments:
-    """Problems to solve, one per (group, dimension), filled by `add` and `add_entry`.
+    """Problems to solve, one per (group, dimension), filled by `add_segment`.
 
-    A segment's entries are its members *with demand* (> 0), added in id order (the order
+    A segment's entries are its members *with demand* (> 0), in id order (the order
     `max_min_fair` breaks ties of equal wants in); members without demand only count in
     `n`. `mine` marks the entry of the daemon whose share is wanted, if it has one."""
 
@@ -40,22 +40,22 @@ class Segments:
     granule: list[float] = field(default_factory=list)
     mine: list[bool] = field(default_factory=list)
 
-    def add(self, quota: float, n: int) -> int:
-        """A new segment (entries follow with `add_entry`); returns its index. `n` counts the
-        daemon whose share is wanted, so it is at least 1."""
+    def add_segment(self, quota: float, n: int, entries: list[tuple[float, float, float, bool]]) -> int:
+        """A new segment and its entries, each (demand > 0, admitted, granule, mine); returns
+        its index. `n` counts the daemon whose share is wanted, so it is at least 1."""
         if n < 1:
             raise ValueError(f"a segment has at least one member (the daemon asking), not {n}")
+        index = len(self.quota)
         self.quota.append(quota)
         self.n.append(n)
-        return len(self.quota) - 1
-
-    def add_entry(self, demand: float, admitted: float, granule: float, mine: bool) -> None:
-        """An entry of the last segment added: a member with demand > 0."""
-        self.segment.append(len(self.quota) - 1)
-        self.demand.append(demand)
-        self.admitted.append(admitted)
-        self.granule.append(granule)
-        self.mine.append(mine)
+        if entries:
+            demand, admitted, granule, mine = zip(*entries, strict=True)
+            self.segment.extend([index] * len(entries))
+            self.demand.extend(demand)
+            self.admitted.extend(admitted)
+            self.granule.extend(granule)
+            self.mine.extend(mine)
+        return index
 
 
 def _py_max(a: float, x: np.ndarray) -> np.ndarray:

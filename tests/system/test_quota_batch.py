@@ -126,7 +126,7 @@ def test_a_segment_counts_the_daemon_asking() -> None:
     import pytest
 
     with pytest.raises(ValueError, match="at least one member"):
-        max_min_fair_batch.Segments().add(100.0, 0)
+        max_min_fair_batch.Segments().add_segment(100.0, 0, [])
 
 
 @settings(max_examples=200, deadline=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -14,6 +15,7 @@ from rgd.quota.calculator import (
     allocate_group,
     as_peers_see_me,
     compute_limits,
+    splits_jointly,
 )
 from rgd.quota.max_min_fair import floor_share
 from rgd.quota.model import KindRates, PeerUsage
@@ -167,3 +169,15 @@ def test_a_slow_daemon_whose_bytes_bind_gets_a_message_of_its_own_size_as_headro
     got = allocate_group(g, usage, set(sizes))
     assert got["d08"]["publish"][0] >= 2.0
     assert sum(got[d]["publish"][1] for d in sizes) <= 15_730 * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("limited", list(itertools.product((False, True), repeat=6)))
+def test_a_group_splits_jointly_when_some_kind_limits_both_its_messages_and_its_bytes(limited) -> None:
+    # Six rates, each limited (0 blocks: not a positive limit) or unlimited (-1), in every combination.
+    fields = ("publish_msgs", "publish_bytes", "dispatch_msgs", "dispatch_bytes",
+              "replication_msgs", "replication_bytes")
+    rates = dict(zip(fields, (100.0 if on else -1.0 for on in limited), strict=True))
+    expected = (limited[0] and limited[1]) or (limited[2] and limited[3]) or (limited[4] and limited[5])
+    assert splits_jointly(ResourceGroup("g", **rates)) is expected
+    blocked = {f: 0.0 if r > 0 else r for f, r in rates.items()}
+    assert splits_jointly(ResourceGroup("g", **blocked)) is False  # a blocked kind has no split at all
