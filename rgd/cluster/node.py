@@ -232,8 +232,13 @@ def _per_tick(totals: tuple[int, ...], counted: tuple[int, ...], f: float) -> tu
 
 def _demand(usage: PeerUsage | None) -> tuple[float, ...]:
     if usage is None:
-        return (0.0,) * (2 * len(KINDS))
-    return tuple(v for k in KINDS for v in (usage.kind(k).demand_messages, usage.kind(k).demand_bytes))
+        return _NO_DEMAND
+    p, d, r = usage.publish, usage.dispatch, usage.replication  # KINDS, in order
+    return (p.demand_messages, p.demand_bytes, d.demand_messages, d.demand_bytes,
+            r.demand_messages, r.demand_bytes)
+
+
+_NO_DEMAND = (0.0,) * (2 * len(KINDS))
 
 
 def _may_lower(after: tuple[float, ...], before: tuple[float, ...], sizes_matter: bool) -> bool:
@@ -552,10 +557,18 @@ class ClusterNode:
         """The buckets among `keys` of groups with a window long enough to measure and none too
         short (_long_enough; a report's entry holds every kind of its group, all since one mark)."""
         keys, states, tick, latest = list(keys), self.limiter.states, self.config.tick_seconds, self.own.latest
-        said = [(k[0], _long_enough(_span(st := states[k], (m := self._mark_of(k, now))[0], now), m[1], st,
-                                    (u := latest(k[0])), k[1], self._shortest_window(u), tick)) for k in keys]
-        waiting = {g for g, ok in said if ok is False} - {g for g, ok in said if ok}
-        return [k for k in keys if k[0] not in waiting]
+        short, measured = set(), set()
+        for key in keys:
+            st = states[key]
+            at, counted = self._mark_of(key, now)
+            usage = latest(key[0])
+            ok = _long_enough(_span(st, at, now), counted, st, usage, key[1], self._shortest_window(usage), tick)
+            if ok:
+                measured.add(key[0])
+            elif ok is False:
+                short.add(key[0])
+        waiting = short - measured
+        return [k for k in keys if k[0] not in waiting] if waiting else keys
 
     def _window_entries(self, now: float, collected: Mapping[tuple[str, str], Collected] | None,
                         keys: list[tuple[str, str]]) -> dict[str, GroupUsage]:
@@ -636,12 +649,14 @@ class ClusterNode:
             configured, peers = self.groups(), bool(self.usage_map.members)
             lowering = {n for n, (after, before) in moves.items() if _may_lower(
                 after, before, peers and (g := configured.get(n)) is not None and splits_jointly(g))}
-        report.groups.extend(entries[n] for n in sorted(entries))
+        order = sorted(entries)
+        report.groups.extend(entries[n] for n in order)
         if report.ack_wanted:
             self._asked_at = self.own.sequence + 1
         self.namespaces_trimmed += bound_report(report).namespaces
         parts = [report]
         cuts = split_points(report, MAX_REPORT_BYTES)
+        bounds = list(zip([0, *cuts], [*cuts, len(order)], strict=True))  # each part's slice of `order`
         if cuts:
             groups = list(report.groups)
             del report.groups[cuts[0]:]
@@ -651,11 +666,11 @@ class ClusterNode:
                 del part.groups[:]
                 part.groups.extend(groups[start:end])
                 parts.append(part)
-        for i, part in enumerate(parts):
+        for i, (part, (start, end)) in enumerate(zip(parts, bounds, strict=True)):
             part.sequence = self.own.next_sequence()
             if i:
                 part.base = part.sequence - 1  # a part applies on top of the one before it
-            named = {g.group: (None if (u := usages[g.group]).idle else u) for g in part.groups}
+            named = {n: (None if (u := usages[n]).idle else u) for n in order[start:end]}
             self.own.record(part.sequence, now, report.lease_ms / 1000.0, named)
             for name, usage in named.items():
                 self.usage_map.set_local(self.node_id, name, usage or PeerUsage(), now)
