@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rgd.cluster.own_reports import OwnReports
-from rgd.cluster.report_builder import MAX_REPORT_BYTES, bound_report, figures, group_entries, peer_usage, split_points
+from rgd.cluster.report_builder import (
+    MAX_REPORT_BYTES,
+    bound_report,
+    counter_figures,
+    figures,
+    group_entries,
+    peer_usage,
+    split_points,
+)
 from rgd.cluster.report_codec import (
     REPLAY_WINDOW_MS,
     HmacKeys,
@@ -557,22 +565,20 @@ class ClusterNode:
         """The buckets among `keys` of groups with a window long enough to measure and none too
         short (_long_enough; a report's entry holds every kind of its group, all since one mark)."""
         keys, states, tick, latest = list(keys), self.limiter.states, self.config.tick_seconds, self.own.latest
-        short, measured = set(), set()
-        for key in keys:
-            st = states[key]
-            at, counted = self._mark_of(key, now)
-            usage = latest(key[0])
-            ok = _long_enough(_span(st, at, now), counted, st, usage, key[1], self._shortest_window(usage), tick)
-            if ok:
-                measured.add(key[0])
-            elif ok is False:
-                short.add(key[0])
-        waiting = short - measured
-        return [k for k in keys if k[0] not in waiting] if waiting else keys
+        said = [(k[0], _long_enough(_span(st := states[k], (m := self._mark_of(k, now))[0], now), m[1], st,
+                                    (u := latest(k[0])), k[1], self._shortest_window(u), tick)) for k in keys]
+        waiting = {g for g, ok in said if ok is False} - {g for g, ok in said if ok}
+        return [k for k in keys if k[0] not in waiting]
 
     def _window_entries(self, now: float, collected: Mapping[tuple[str, str], Collected] | None,
                         keys: list[tuple[str, str]]) -> dict[str, GroupUsage]:
-        """Each group's figures since its last report, as counts per tick (so every report's
+        """Each group's report entry of its `_window_counts`."""
+        scaled = self._window_counts(now, collected, keys)
+        return group_entries(scaled, self.limiter.states, self.groups(), sorted({g for g, _ in keys}))
+
+    def _window_counts(self, now: float, collected: Mapping[tuple[str, str], Collected] | None,
+                       keys: list[tuple[str, str]]) -> dict[tuple[str, str], Collected]:
+        """Each bucket's counts since its group's last report, per tick (so every report's
         figures read at one tick length whatever window they were measured over). At a tick
         (`collected` given), over the whole tick instead where that reads higher: after an early
         report of a burst, the rest of the tick alone would read below the demand, and our own
@@ -589,7 +595,7 @@ class ClusterNode:
             counters = TickCounters(am, ab, tm, tb, shadow_throttled_messages=sm, shadow_throttled_bytes=sb)
             c = collected.get(key) if collected is not None else None
             scaled[key] = Collected(counters, c.namespaces if c else frozenset(), c.topics if c else 0)
-        return group_entries(scaled, states, self.groups(), sorted({g for g, _ in keys}))
+        return scaled
 
     def _shortest_window(self, latest: PeerUsage | None) -> float:
         """The shortest window a group's demand is measured over: none for its first demand (a
@@ -649,14 +655,12 @@ class ClusterNode:
             configured, peers = self.groups(), bool(self.usage_map.members)
             lowering = {n for n, (after, before) in moves.items() if _may_lower(
                 after, before, peers and (g := configured.get(n)) is not None and splits_jointly(g))}
-        order = sorted(entries)
-        report.groups.extend(entries[n] for n in order)
+        report.groups.extend(entries[n] for n in sorted(entries))
         if report.ack_wanted:
             self._asked_at = self.own.sequence + 1
         self.namespaces_trimmed += bound_report(report).namespaces
         parts = [report]
         cuts = split_points(report, MAX_REPORT_BYTES)
-        bounds = list(zip([0, *cuts], [*cuts, len(order)], strict=True))  # each part's slice of `order`
         if cuts:
             groups = list(report.groups)
             del report.groups[cuts[0]:]
@@ -666,11 +670,11 @@ class ClusterNode:
                 del part.groups[:]
                 part.groups.extend(groups[start:end])
                 parts.append(part)
-        for i, (part, (start, end)) in enumerate(zip(parts, bounds, strict=True)):
+        for i, part in enumerate(parts):
             part.sequence = self.own.next_sequence()
             if i:
                 part.base = part.sequence - 1  # a part applies on top of the one before it
-            named = {n: (None if (u := usages[n]).idle else u) for n in order[start:end]}
+            named = {g.group: (None if (u := usages[g.group]).idle else u) for g in part.groups}
             self.own.record(part.sequence, now, report.lease_ms / 1000.0, named)
             for name, usage in named.items():
                 self.usage_map.set_local(self.node_id, name, usage or PeerUsage(), now)
@@ -720,14 +724,18 @@ class ClusterNode:
         moved = {k[0] for k in self._since_mark}
         moved.update(k[0] for k, c in collected.items() if not c.counters.idle)
         moved.update(n for n, last in self.suppression.last_sent.items() if any(last))
-        entries = self._window_entries(now, collected, [k for k in keys if k[0] in moved])
+        scaled = self._window_counts(now, collected, [k for k in keys if k[0] in moved])
+        configured = self.groups()
+        measured = {g for g, _ in scaled}
         # A group reported moments ago (an early report) is not measured again over a window
         # too short to count in: it stands as last sent.
-        current = {n: figures(gu) for n, gu in entries.items()}
+        current = {n: counter_figures(scaled, states, configured, n) for n in sorted(measured)}
         for name, last in self.suppression.last_sent.items():
             if name not in current and _keys_of(name, states):
                 current[name] = last
         send, suppressed = select_reports(self.config.suppression, self.suppression, current)
+        # Entries are built for the groups suppression lets through alone (most groups, most ticks, are not).
+        entries = group_entries(scaled, states, configured, [n for n in send if n in measured])
         fresh = {n: entries[n] if n in entries else self._restated(n, tick_s) if _keys_of(n, states)
                  else GroupUsage(group=n) for n in send}
         parts = self._report(now, fresh)

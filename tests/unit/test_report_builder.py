@@ -7,6 +7,7 @@ import math
 
 from rgd.cluster.report_builder import (
     _silent,
+    counter_figures,
     drop_silent_kinds,
     figures,
     group_entries,
@@ -88,3 +89,30 @@ def test_figures_are_usage_demand_and_shadow_counts_of_every_kind() -> None:
                     dispatch=KindUsage(admitted_messages=5, throttled_bytes=7))
     # publish, dispatch, replication: admitted, throttled, shadow-throttled (messages, bytes)
     assert figures(gu) == (30, 3000, 20, 2000, 4, 0, 5, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def test_the_figures_read_from_counters_are_those_of_the_entry_built_from_them() -> None:
+    """The tick report compares counter_figures and builds entries for the groups it sends
+    alone; what it compared must be what the built entry says (figures of it), for every mix
+    of counters (shadow counts on an idle kind included), limits and quota, on each kind."""
+    counters = [None, TickCounters(), TickCounters(admitted_messages=3, admitted_bytes=300, throttled_messages=2,
+                                                   throttled_bytes=200, shadow_throttled_messages=1,
+                                                   shadow_throttled_bytes=100),
+                TickCounters(shadow_throttled_messages=2, shadow_throttled_bytes=9), TickCounters(throttled_bytes=5)]
+    limits = [None, (math.inf, math.inf), (0.0, math.inf), (10.0, 20.0)]
+    quotas = [{}, {"publish_msgs": 0.0}, {"publish_msgs": 100.0}, {"dispatch_bytes": 1e6}]
+    cases = 0
+    for c_counts, rates, quota, kind in itertools.product(counters, limits, quotas, KINDS):
+        limiter = Limiter(lambda: 0.0)
+        group = ResourceGroup("g", **quota)
+        _state(limiter, group, kind, rates)
+        collected = {} if c_counts is None else {("g", kind): Collected(c_counts, frozenset({"t/n"}), 1)}
+        built = group_entries(collected, limiter.states, {"g": group}, ["g"])["g"]
+        assert counter_figures(collected, limiter.states, {"g": group}, "g") == figures(built), \
+            (c_counts, rates, quota, kind)
+        cases += 1
+    assert cases == 5 * 4 * 4 * 3
+    # A group the config no longer names (its buckets outlive it until forgotten) reads the same.
+    collected = {("gone", "publish"): Collected(counters[2], frozenset(), 0)}
+    built = group_entries(collected, {}, {}, ["gone"])["gone"]
+    assert counter_figures(collected, {}, {}, "gone") == figures(built) != (0,) * 18
