@@ -570,12 +570,6 @@ class ClusterNode:
         waiting = {g for g, ok in said if ok is False} - {g for g, ok in said if ok}
         return [k for k in keys if k[0] not in waiting]
 
-    def _window_entries(self, now: float, collected: Mapping[tuple[str, str], Collected] | None,
-                        keys: list[tuple[str, str]]) -> dict[str, GroupUsage]:
-        """Each group's report entry of its `_window_counts`."""
-        scaled = self._window_counts(now, collected, keys)
-        return group_entries(scaled, self.limiter.states, self.groups(), sorted({g for g, _ in keys}))
-
     def _window_counts(self, now: float, collected: Mapping[tuple[str, str], Collected] | None,
                        keys: list[tuple[str, str]]) -> dict[tuple[str, str], Collected]:
         """Each bucket's counts since its group's last report, per tick (so every report's
@@ -761,7 +755,8 @@ class ClusterNode:
             return []
         self.ack_due = False
         states = self.limiter.states
-        entries = self._window_entries(now, None, self._measured(now, [k for n in risen for k in _keys_of(n, states)]))
+        counts = self._window_counts(now, None, self._measured(now, [k for n in risen for k in _keys_of(n, states)]))
+        entries = group_entries(counts, states, self.groups(), sorted({g for g, _ in counts}))
         self.suppression.last_sent.update((name, figures(gu)) for name, gu in entries.items())
         self.suppression.skipped.update((name, 0) for name in entries)
         self._mark(now, risen)
