@@ -131,8 +131,6 @@ def test_previous_is_what_keeps_a_surge_under_the_quota(monkeypatch: pytest.Monk
     # c's own report shows its jump before its peers have folded it. With `previous` (the
     # smallest of its states a peer may hold, rgd.cluster.own_reports), c waits for their
     # acknowledgement, so for them to make room; counting its newest report, the cluster overshoots.
-    from dataclasses import replace as with_field
-
     from rgd.cluster.node import ClusterNode
 
     _, with_previous = result("surge", "rgd")
@@ -141,7 +139,7 @@ def test_previous_is_what_keeps_a_surge_under_the_quota(monkeypatch: pytest.Monk
 
     def without_previous(self, group, ctx=None):  # a daemon that counts its newest report as what peers hold
         c = call(self, group, ctx)
-        return with_field(c, previous=c.usage.get(self.node_id))
+        return c._replace(previous=c.usage.get(self.node_id))
 
     monkeypatch.setattr(ClusterNode, "_call", without_previous)
     # Without delay its peers fold the report of the rise (published at the next react) at
