@@ -11,14 +11,19 @@ acknowledged plus that lease (`lease_end`): past it we must admit nothing (premi
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import reduce
 from itertools import takewhile
+from operator import itemgetter
 
 from rgd.quota.model import PeerUsage, min_usage
 
 __all__ = ["OwnReports"]
+
+_SEQUENCE, _STATE, _IDLE = itemgetter(0), itemgetter(1), type(None)  # of a history item (sequence, state)
 
 
 @dataclass
@@ -69,34 +74,18 @@ class OwnReports:
     def as_held(self, group: str, acked: int) -> PeerUsage | None:
         """The smallest of our figures for `group` a peer that acknowledged `acked` may hold:
         the state as of `acked` and every later one (None: some peer may hold us idle)."""
-        history = self.history.get(group)
-        if history is not None and len(history) == 1:  # one state (most groups): itself, if as of `acked`
-            seq, usage = history[0]
-            return usage if seq <= acked else None
         states = self.held_states(group, acked)
-        if states is None:
-            return None
-        smallest = states[0]
-        for usage in states[1:]:
-            smallest = min_usage(smallest, usage)
-        return smallest
+        return None if states is None else reduce(min_usage, states)
 
     def held_states(self, group: str, acked: int) -> tuple[PeerUsage, ...] | None:
         """Each of our states of `group` a peer that acknowledged `acked` may hold, oldest
         first: the state as of `acked` and every later one (None: some peer may hold us idle)."""
-        history = self.history.get(group)
-        if not history:
-            return None
-        start = 0
-        for i, (seq, _) in enumerate(history):
-            if seq <= acked:
-                start = i
-            else:
-                break
-        if history[start][0] > acked:
+        history = self.history.get(group) or []
+        start = bisect_right(history, acked, key=_SEQUENCE) - 1
+        if start < 0:
             return None  # the state as of `acked` did not name it: idle there
-        states = tuple(usage for _, usage in history[start:])
-        return None if any(u is None for u in states) else states  # type: ignore[return-value]
+        states = tuple(map(_STATE, history[start:]))
+        return None if _IDLE in map(type, states) else states
 
     def sent_before(self, at: float) -> int:
         """The last of our sequences sent at or before `at` (the first we keep if none is)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from rgd.cluster.usage_map import entry_usage
 from rgd.config.groups import KINDS, ResourceGroup
@@ -109,9 +110,7 @@ def figures(gu: GroupUsage) -> tuple[float, ...]:
     """The numbers suppression compares: usage, demand and shadow-throttled counts of every kind."""
     out: list[float] = []
     for kind in KINDS:
-        k = getattr(gu, kind)
-        out += (k.admitted_messages, k.admitted_bytes, k.throttled_messages, k.throttled_bytes,
-                k.shadow_throttled_messages, k.shadow_throttled_bytes)
+        out += _kind_figures(getattr(gu, kind))
     return tuple(out)
 
 
@@ -127,13 +126,14 @@ def counter_figures(collected: Mapping[tuple[str, str], Collected], states: Mapp
         c = collected.get((name, kind))
         if c is None or (c.counters.idle and _silent(c, states.get((name, kind)), group, kind)):
             out += _NO_FIGURES  # a kind left out of the entry reads as zeros
-            continue
-        k = c.counters
-        out += (k.admitted_messages, k.admitted_bytes, k.throttled_messages, k.throttled_bytes,
-                k.shadow_throttled_messages, k.shadow_throttled_bytes)
+        else:
+            out += _kind_figures(c.counters)
     return tuple(out)
 
 
+# A kind's figures, from its entry (KindUsage) or from the counters it is built from.
+_kind_figures = attrgetter("admitted_messages", "admitted_bytes", "throttled_messages", "throttled_bytes",
+                           "shadow_throttled_messages", "shadow_throttled_bytes")
 _NO_FIGURES = (0, 0, 0, 0, 0, 0)
 
 
