@@ -322,6 +322,9 @@ class ClusterNode:
         # Round trips (send -> acknowledgement) measured lately: (our clock, seconds).
         self._round_trips: list[tuple[float, float]] = []
         self._echo_delays: list[tuple[float, float]] = []  # (our clock, seconds) our reports took to come back
+        # The send time of our newest report folded back: every report that reached the topic
+        # before it has been folded (one topic, delivered in order), however late we read.
+        self.read_through = -math.inf
         self._echoed = False
         # Groups as last applied, and per recent config change the groups it changed, as they
         # were, until when a peer's report may still have been counted under them.
@@ -393,6 +396,16 @@ class ClusterNode:
         topic's delay (the longest our recent echoes took; the settling premise P3 takes the
         same) and a tick between a daemon's subscription and its first report."""
         return self._longest_echo() + self.config.tick_seconds
+
+    def _read_to(self) -> float:
+        """How far (our clock) we have read the topic. Our newest echo was sent at
+        `read_through`, so every report that reached the topic before it has been folded (one
+        topic, delivered in order), and no report reaches us sooner than the least delay our
+        recent echoes took. So a member whose last report we folded at `last_seen` published
+        nothing from then (less that delay) to this (less the same delay): `silent` compares
+        the two. Reading late lengthens delays and holds back the echo, never this; on a
+        steady delay it is when our newest echo arrived."""
+        return self.read_through + min((d for _, d in self._echo_delays), default=0.0)
 
     def _longest_echo(self) -> float:
         """The longest delay our recent reports took to come back to us: the topic's delay."""
@@ -512,8 +525,8 @@ class ClusterNode:
         return Place(len(rows), *layouts[0], *layouts[1])
 
     def _listen_again_if_deaf(self, now: float) -> None:
-        """We have not heard ourselves for a lease: we were cut off, and whom we evicted
-        meanwhile may be alive. Listen again before we believe our member list (P3)."""
+        """We have not heard the topic for a lease: we were cut off, and members may have
+        joined or left meanwhile. Listen again before we believe our member list (P3)."""
         if (self.config.guarded and self.settled_at is not None
                 and (self.heard_at is None or now - self.heard_at > self.config.lease_seconds)):
             self.settled_at = None
@@ -838,6 +851,7 @@ class ClusterNode:
                 sent = self._sent_at(report.sequence)
                 if sent > -math.inf:  # an echo of a report we no longer keep measures no delay
                     self._echo_delays.append((now, now - sent))
+                    self.read_through = max(self.read_through, sent)
                     self._echoed = True
                     if self.settled_at is None:
                         # Listening from now (or our start) for a tick plus the delay this echo took.
@@ -877,8 +891,11 @@ class ClusterNode:
         return next((at for seq, at, _ in self.own.sent if seq == sequence), -math.inf)
 
     def upkeep(self, now: float) -> list[str]:
-        """Evict members silent past their lease; forget what no member can still hold of ours."""
-        silent = self.usage_map.silent(now)
+        """Evict members silent past their lease; forget what no member can still hold of ours.
+        Silence is judged on the topic as far as we have read it (`_read_to`), not up to now:
+        a receiver that reads late must not count as silent the members whose reports wait
+        unread in its queues, and take their shares while they admit (P4)."""
+        silent = self.usage_map.silent(self._read_to())
         for d in silent:
             self.usage_map.evict(d, now)
             self.applied.pop(d, None)

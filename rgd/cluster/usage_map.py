@@ -2,7 +2,7 @@
 
 Fed by reports from the topic, read by the quota calculator. The rules (docs/design/protocol.md):
 - a daemon is a member from its first accepted report; a `leaving` report evicts it at once,
-  and silence for its lease evicts it (`silent`);
+  and silence for its lease on the part of the topic we have read evicts it (`silent`);
 - a new incarnation (restart) replaces the old one whole: nothing of the old one is kept;
 - within an incarnation a sequence at or below the last one is a duplicate (rejected), and a
   jump counts the gap as lost reports;
@@ -385,9 +385,10 @@ class UsageMap:
         for daemon in [d for d, (_, _, at) in self.departed.items() if now - at > window]:
             del self.departed[daemon]
 
-    def silent(self, now: float) -> list[str]:
-        """Members unheard for longer than their lease."""
-        return [d for d, m in self.members.items() if now - m.last_seen > m.lease]
+    def silent(self, read_to: float) -> list[str]:
+        """Members with no report folded for longer than their lease before `read_to`: how far
+        (our clock) we have read the topic (rgd.cluster.node.ClusterNode._read_to)."""
+        return [d for d, m in self.members.items() if read_to - m.last_seen > m.lease]
 
     def group_usage(self, group: str) -> dict[str, PeerUsage]:
         """Every member's entry of `group` (a new dict each call: the caller may change it)."""

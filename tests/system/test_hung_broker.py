@@ -1,7 +1,8 @@
 """A broker that freezes with its connections open (SIGSTOP) is an outage, told by our own
 reports no longer coming back: not ready with the reason, rgd_broker_connected 0, nothing
-admitted once the lease ends (docs/design/protocol.md, P4), peers silent past their lease
-evicted, and a clean recovery on SIGCONT. The echo bookkeeping is also tested as pure logic."""
+admitted once the lease ends (docs/design/protocol.md, P4), no peer evicted (a topic that
+carries nothing shows no member silent), and a clean recovery on SIGCONT. The echo
+bookkeeping is also tested as pure logic."""
 
 from __future__ import annotations
 
@@ -120,10 +121,14 @@ def test_a_frozen_broker_is_an_outage_that_ends_the_leases(own_broker, tmp_path)
         for d in c.daemons.values():
             lease = d.get_json("/readyz")[1]["lease"]
             assert lease["valid"] is False and lease["why"], lease
-        # A peer silent past its lease is evicted (safe: it stopped admitting before).
-        wait_until(lambda: all(d.get_json("/readyz")[1]["members"] == [name] for name, d in c.daemons.items()),
-                   3 * TICK + TICK + 2)
-        assert sum(c.metric(d, "rgd_evictions_total", reason="ttl") for d in c.daemons) == evicted_before + 2
+        # Nobody is evicted: a topic that carries nothing, not even our own reports, shows no
+        # member silent (P4: silence is judged on the topic as far as we have read it, and we
+        # read nothing after our last echo). Judged on our clock, each peer was evicted here,
+        # a lease into the freeze.
+        time.sleep(3 * TICK + TICK + 2)  # as long as the eviction took
+        for d in c.daemons.values():
+            assert d.get_json("/readyz")[1]["members"] == ["d1", "d2"]
+        assert sum(c.metric(d, "rgd_evictions_total", reason="ttl") for d in c.daemons) == evicted_before
         # An admin write meanwhile: in force here at once, queued for the others, not held up.
         started = time.monotonic()
         status = _put(c.daemons["d1"].url + "/admin/v2/resourcegroups/gold", {"publishRateInMsgs": 200})

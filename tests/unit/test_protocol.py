@@ -212,6 +212,7 @@ class Topic:
         self.cut: set[str] = set()
         self.muted: set[str] = set()  # their reports reach themselves only
         self.stalled: set[str] = set()  # neither tick nor react (their brokers still ask them)
+        self.late: dict[str, list[tuple[str, bytes]]] = {}  # what waits for nodes that read the topic late
         self.delay = delay
         self.steps = 0
         self.queue: list[tuple[int, str, bytes]] = []
@@ -226,8 +227,15 @@ class Topic:
         now = self.clock.now()
         for sender, data in due:
             for i, node in self.nodes.items():
-                if i not in self.cut and (sender not in self.muted or i == sender):
+                if i in self.late:
+                    self.late[i].append((sender, data))
+                elif i not in self.cut and (sender not in self.muted or i == sender):
                     node.receive(data, None, now)
+
+    def catch_up(self, who: str) -> None:
+        """`who` reads, now, everything the topic carried to it while it was late."""
+        for _, data in self.late.pop(who):
+            self.nodes[who].receive(data, None, self.clock.now())
 
     def ask(self, who: str, n: int) -> int:
         """n asks of one message at `who` now; how many were allowed."""
@@ -367,6 +375,35 @@ def test_a_node_its_peers_no_longer_hear_stops_admitting_before_they_take_its_sh
     assert worst[0] <= 100.0 + 1e-6
     assert "c" not in topic.nodes["a"].usage_map.members
     assert topic.limits()["c"] == 0.0 and topic.limits()["a"] == pytest.approx(50.0, abs=1.0)
+
+
+def test_a_node_that_reads_the_topic_late_evicts_no_member_whose_reports_wait_for_it() -> None:
+    """Silence is judged on the topic as far as a node has read it (P4): a node whose reading
+    falls three leases behind keeps a peer that went on reporting, where judging by its own
+    clock evicted it (and took its share while it admitted). A peer that does go silent is
+    evicted once the node's echo shows a lease of topic without it."""
+    clock = FakeClock()
+    topic = Topic(clock, ["a", "b"], {"g": QUOTA})
+    topic.run(5.0, load={"a": 60, "b": 60})
+    a = topic.nodes["a"]
+    lease = a.config.lease_seconds
+    assert lease == 3.0 and set(a.usage_map.members) == {"b"}
+    topic.late["a"] = []
+    topic.run(3 * lease, load={"a": 60, "b": 60})  # a ticks and upkeeps, reading nothing
+    assert set(a.usage_map.members) == {"b"}
+    topic.catch_up("a")
+    topic.run(2.0, load={"a": 60, "b": 60})
+    assert set(a.usage_map.members) == {"b"}
+    topic.stalled.add("b")  # b stops reporting: its last report reaches a two steps later
+    silent_from = clock.t
+    topic.run(lease, load={"a": 60})
+    assert set(a.usage_map.members) == {"b"}  # not before a lease
+    for _ in range(int(3 * TICK / REACT)):  # ... and within two ticks and the delay more
+        topic.run(REACT, load={"a": 60})
+        if not a.usage_map.members:
+            break
+    assert not a.usage_map.members, a.usage_map.members
+    assert lease < clock.t - silent_from <= lease + 2 * TICK + 2 * REACT + 1e-9
 
 
 def test_a_node_cut_off_whose_recomputes_stall_stops_admitting_at_its_leases_end() -> None:
